@@ -1,0 +1,38 @@
+# Shared build helpers: warnings, sanitizers and dspark_add_test().
+
+function(dspark_target_defaults target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(DSPARK_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+  if(DSPARK_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=${DSPARK_SANITIZE} -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=${DSPARK_SANITIZE})
+  endif()
+  # Shipped builds dispatch at run time (Highway); -march=native would tie the binary to this CPU.
+endfunction()
+
+# dspark_library(name SOURCES ... LIBS ...): one library per src/<folder>.
+function(dspark_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PUBLIC ${ARG_LIBS})
+  dspark_target_defaults(${name})
+endfunction()
+
+# dspark_add_test(name SOURCES ... LIBS ... LABELS ...): a GoogleTest binary whose cases each
+# become a ctest entry carrying the labels (unit, kernel, model, lossless, e2e, slow).
+function(dspark_add_test name)
+  if(NOT DSPARK_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE DSPARK_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+                                             DSPARK_SHARED_DIR="${PROJECT_SOURCE_DIR}/../shared")
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  dspark_target_defaults(${name})
+  gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+endfunction()

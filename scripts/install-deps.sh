@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that building and testing dspark needs.
+# Idempotent and quiet when everything is already present.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake ninja-build pkg-config git
+  libhwy-dev            # portable SIMD with runtime dispatch
+  libpcre2-dev          # Unicode regexes for BPE pre-tokenizers
+  nlohmann-json3-dev    # JSON
+  libcpp-httplib-dev    # HTTP server/client
+  libcli11-dev          # command-line parsing
+  libfmt-dev libspdlog-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3-jinja2        # golden chat-template renders in tests
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,56 @@
+// The small ops API the model code calls: quantised matrix multiplication and the elementwise
+// ops of a transformer layer. Each op dispatches once per call to the best SIMD target of this
+// CPU (Highway: AVX-512 incl. VNNI, AVX2, NEON, scalar) and has a plain scalar twin in
+// kernels/ref/ that the tests compare against. No op allocates on the hot path or keeps globals.
+#pragma once
+
+#include <cstdint>
+
+#include "util/dtype.h"
+#include "util/thread_pool.h"
+
+namespace dspark::ops {
+
+// A weight matrix stored as ggml stores it: `rows` rows of `cols` elements each, every row
+// RowBytes(type, cols) bytes, rows contiguous. A PyTorch Linear [out, in] has rows = out.
+struct WeightView {
+  const void* data = nullptr;
+  DType type = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// Types MatMul accepts as weights.
+bool MatMulSupports(DType type);
+
+// y[m, w.rows] = x[m, w.cols] · wᵀ   (row-major float32 x and y; y may not alias x).
+// Weights are streamed from memory once per call whatever m is (all m activation rows are
+// applied to each weight block while it is in cache), so verifying k draft tokens costs little
+// more than decoding one. For quantised w, x is quantised once per call to the activation
+// format that type pairs with (Q8_0 or Q8_K), as llama.cpp does. Work is split over the pool's
+// threads by output rows (and by m for large m).
+void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool);
+
+// Converts n elements (a multiple of the type's block size) of a row to float32.
+void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
+// Reference quantiser (round-to-nearest as ggml's quantize_row_*_ref): F32, F16, BF16, Q8_0,
+// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q8_K. Returns false for other types.
+bool QuantizeRow(DType type, const float* src, void* dst, int64_t n);
+bool CanQuantize(DType type);
+
+// y = x / sqrt(mean(x²) + eps) * weight  over n elements; y may alias x.
+void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* y);
+// In-place softmax over n elements (max-subtracted; -inf entries become 0).
+void Softmax(float* x, int64_t n);
+// out[i] = silu(gate[i]) * up[i]; out may alias gate or up.
+void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+// y[i] += x[i]
+void Add(const float* x, int64_t n, float* y);
+// Σ a[i]·b[i]
+float Dot(const float* a, const float* b, int64_t n);
+// y[i] += alpha · x[i]
+void Axpy(float alpha, const float* x, int64_t n, float* y);
+// x[i] *= alpha
+void Scale(float alpha, int64_t n, float* x);
+
+}  // namespace dspark::ops

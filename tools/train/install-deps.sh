@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Dependencies of the training toolkit (not needed by the C++ build or `make test`).
+set -euo pipefail
+PKGS=(python3-torch python3-numpy python3-sentencepiece libopenblas0-pthread python3-tqdm)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

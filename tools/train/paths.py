@@ -1,0 +1,24 @@
+"""Where the toolkit reads and writes.
+
+The repository work tree is re-laid between sessions, so everything large or long-lived that is
+not committed (token caches, checkpoints, logs) lives in DSPARK_TRAIN_DIR, outside the repository.
+"""
+import os
+from pathlib import Path
+
+TOOLS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TOOLS_DIR.parent.parent
+MODELS_DIR = REPO_ROOT / "models"
+TRAIN_DIR = Path(os.environ.get("DSPARK_TRAIN_DIR", "/work/dspark-train"))
+
+# Committed artefacts: the tokenizer and the corpus manifest pin the exact training data.
+TOKENIZER_MODEL = MODELS_DIR / "ref-tokenizer.model"
+MANIFEST = MODELS_DIR / "corpus-manifest.tsv"
+TARGET_GGUF = MODELS_DIR / "ref-target.gguf"
+DRAFT_GGUF = MODELS_DIR / "ref-draft.gguf"
+DSPARK_GGUF = MODELS_DIR / "ref-dspark.gguf"
+
+
+def train_dir() -> Path:
+    TRAIN_DIR.mkdir(parents=True, exist_ok=True)
+    return TRAIN_DIR
