@@ -34,6 +34,7 @@ enum class ValueType : uint32_t {
   kF64 = 12,
 };
 std::string_view ValueTypeName(ValueType t);
+bool IsSignedType(ValueType t);
 
 // One metadata value. Scalars keep their exact type so the writer can reproduce the file.
 struct Value {

@@ -1,0 +1,84 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include "util/dtype.h"
+#include "util/fp16.h"
+#include "util/status.h"
+#include "util/thread_pool.h"
+
+namespace dspark {
+namespace {
+
+Result<int> Half(int x) {
+  if (x % 2) return InvalidArgument("odd: {}", x);
+  return x / 2;
+}
+
+Result<int> Quarter(int x) {
+  DSPARK_ASSIGN_OR_RETURN(int h, Half(x));
+  return Half(h);
+}
+
+TEST(Status, PropagatesErrorsAndValues) {
+  EXPECT_EQ(*Quarter(8), 2);
+  Result<int> r = Quarter(6);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "odd: 3");
+  EXPECT_EQ(r.status().WithContext("ctx: ").message(), "ctx: odd: 3");
+}
+
+TEST(ThreadPool, RunsEveryTaskExactlyOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int round = 0; round < 50; ++round) {
+      std::vector<std::atomic<int>> hits(97);
+      pool.ParallelFor(97, [&](int64_t i, int t) {
+        ASSERT_LT(t, threads);
+        hits[i].fetch_add(1);
+      });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    }
+  }
+}
+
+TEST(ThreadPool, RangesCoverInputWithoutOverlap) {
+  ThreadPool pool(2);
+  std::vector<int> seen(1000, 0);
+  pool.ParallelRange(1000, 7, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) seen[i]++;
+  });
+  for (int v : seen) EXPECT_EQ(v, 1);
+}
+
+TEST(Fp16, RoundTripsEveryHalf) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = F16ToF32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(F32ToF16(f), h) << "half bits " << h;
+  }
+}
+
+TEST(Fp16, RoundsToNearestEven) {
+  EXPECT_EQ(F16ToF32(F32ToF16(1.0f + 1.0f / 2048)), 1.0f);  // tie -> even
+  EXPECT_EQ(F16ToF32(F32ToF16(1.0f + 3.0f / 2048)), 1.0f + 2.0f / 1024);
+  EXPECT_EQ(F32ToF16(1e6f), 0x7c00);
+  EXPECT_EQ(BF16ToF32(F32ToBF16(1.5f)), 1.5f);
+  EXPECT_EQ(F32ToBF16(1.00390625f), 0x3f80);  // tie -> even
+}
+
+TEST(DType, GeometryMatchesGgml) {
+  EXPECT_EQ(RowBytes(DType::kQ8_0, 64), 68u);
+  EXPECT_EQ(RowBytes(DType::kQ4_K, 512), 288u);
+  EXPECT_EQ(RowBytes(DType::kQ6_K, 256), 210u);
+  EXPECT_EQ(DTypeFromName("Q4_K"), DType::kQ4_K);
+  EXPECT_EQ(DTypeFromName("bf16"), DType::kBF16);
+  EXPECT_FALSE(DTypeFromName("q9_9").has_value());
+  EXPECT_FALSE(GetDTypeInfo(4).has_value());  // removed Q4_2
+}
+
+}  // namespace
+}  // namespace dspark
