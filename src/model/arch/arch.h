@@ -1,0 +1,32 @@
+// The architecture registry: each supported `general.architecture` has one descriptor, defined in
+// its own file (llama.cc, qwen2.cc, qwen3.cc) and listed in registry.cc.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/config.h"
+
+namespace dspark {
+
+struct ArchDescriptor {
+  std::string_view name;  // general.architecture value
+  // Reads and range-checks the hyperparameters (`<arch>.*` keys) into a config.
+  Result<ModelConfig> (*read_config)(const gguf::File& file);
+};
+
+// nullptr for an architecture dspark does not run.
+const ArchDescriptor* FindArch(std::string_view name);
+std::vector<std::string_view> KnownArchs();
+
+// The hparams every dense llama-family architecture shares, with `traits` filled in by the caller.
+Result<ModelConfig> ReadDenseHparams(const gguf::File& file, std::string_view arch, const ArchTraits& traits);
+
+const ArchDescriptor& LlamaArch();
+const ArchDescriptor& MistralArch();
+const ArchDescriptor& Qwen2Arch();
+const ArchDescriptor& Qwen3Arch();
+
+}  // namespace dspark

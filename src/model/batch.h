@@ -1,0 +1,47 @@
+// One forward pass's input: rows of (token, position, sequence), possibly from many sequences
+// (continuous batching), an optional attention mask among the rows, and which rows need logits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dspark {
+
+struct BatchRow {
+  int32_t token = 0;
+  int32_t pos = 0;      // RoPE position
+  int32_t seq = 0;      // sequence (KV cache slot)
+  bool logits = false;  // return this row's logits
+};
+
+struct Batch {
+  std::vector<BatchRow> rows;
+  // Optional visibility among this batch's rows, [n_rows * n_rows], row-major: mask[i * n + j] != 0
+  // lets row i attend to row j's K/V. Only rows of the same sequence can ever see each other, and
+  // every row always sees the cells its sequence held before this batch. Empty means causal by
+  // row order within each sequence. Bidirectional draft blocks and token trees set it.
+  std::vector<uint8_t> mask;
+
+  void Add(int32_t token, int32_t pos, int32_t seq, bool logits) { rows.push_back({token, pos, seq, logits}); }
+  int size() const { return static_cast<int>(rows.size()); }
+  void Clear() {
+    rows.clear();
+    mask.clear();
+  }
+};
+
+struct ForwardOptions {
+  // Layers whose input residual stream (the hidden state entering the layer) is returned for every
+  // row; a value of n_layer taps the output of the last layer before the final norm.
+  std::vector<int> tap_layers;
+};
+
+struct ForwardOutput {
+  std::vector<int> logit_rows;  // batch row index of each logits row, in row order
+  std::vector<float> logits;    // [logit_rows.size(), n_vocab]
+  std::vector<std::vector<float>> taps;  // one per tap layer: [n_rows, n_embd]
+
+  const float* Logits(size_t k, int n_vocab) const { return logits.data() + k * static_cast<size_t>(n_vocab); }
+};
+
+}  // namespace dspark

@@ -1,0 +1,104 @@
+// Reading the `<arch>.*` hyperparameters shared by the dense llama family, with range checks.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "kernels/ops.h"
+#include "model/arch/arch.h"
+
+namespace dspark {
+
+namespace {
+
+Result<int> PositiveInt(const gguf::File& f, const std::string& key, int64_t fallback = -1) {
+  Result<int64_t> v = fallback >= 0 ? f.GetIntOr(key, fallback) : f.GetInt(key);
+  if (!v.ok()) return v.status();
+  if (*v <= 0 || *v > (1 << 26))
+    return InvalidArgument("model: {}: '{}' = {} is out of range (expected 1..{})", f.path(), key, *v, 1 << 26);
+  return static_cast<int>(*v);
+}
+
+}  // namespace
+
+Result<ModelConfig> ReadDenseHparams(const gguf::File& f, std::string_view arch_view, const ArchTraits& traits) {
+  const std::string arch(arch_view);
+  auto key = [&](const char* k) { return arch + "." + k; };
+  ModelConfig c;
+  c.arch = arch;
+  c.traits = traits;
+  c.name = *f.GetStringOr("general.name", "");
+  DSPARK_ASSIGN_OR_RETURN(c.n_embd, PositiveInt(f, key("embedding_length")));
+  DSPARK_ASSIGN_OR_RETURN(c.n_layer, PositiveInt(f, key("block_count")));
+  DSPARK_ASSIGN_OR_RETURN(c.n_ff, PositiveInt(f, key("feed_forward_length")));
+  DSPARK_ASSIGN_OR_RETURN(c.n_head, PositiveInt(f, key("attention.head_count")));
+  DSPARK_ASSIGN_OR_RETURN(c.n_head_kv, PositiveInt(f, key("attention.head_count_kv"), c.n_head));
+  DSPARK_ASSIGN_OR_RETURN(c.n_ctx_train, PositiveInt(f, key("context_length"), 2048));
+  if (c.n_embd % c.n_head != 0 && !f.Has(key("attention.key_length")))
+    return InvalidArgument("model: {}: n_embd {} is not divisible by n_head {} and no key_length is given", f.path(),
+                           c.n_embd, c.n_head);
+  DSPARK_ASSIGN_OR_RETURN(c.head_dim, PositiveInt(f, key("attention.key_length"), c.n_embd / c.n_head));
+  DSPARK_ASSIGN_OR_RETURN(c.head_dim_v, PositiveInt(f, key("attention.value_length"), c.head_dim));
+  if (c.n_head % c.n_head_kv != 0)
+    return InvalidArgument("model: {}: n_head {} is not a multiple of n_head_kv {}", f.path(), c.n_head, c.n_head_kv);
+  DSPARK_ASSIGN_OR_RETURN(double eps, f.GetFloatOr(key("attention.layer_norm_rms_epsilon"), 1e-5));
+  if (!(eps > 0 && eps < 1)) return InvalidArgument("model: {}: rms epsilon {} out of range", f.path(), eps);
+  c.rms_eps = static_cast<float>(eps);
+
+  const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
+  if (embd == nullptr) return NotFound("model: {}: required tensor 'token_embd.weight' is missing", f.path());
+  if (embd->ne.size() != 2)
+    return InvalidArgument("model: {}: token_embd.weight has shape {}, expected 2 dims", f.path(), embd->ShapeString());
+  c.n_vocab = static_cast<int>(embd->ne[1]);
+  c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
+
+  RopeConfig& r = c.rope;
+  r.style = traits.rope_style;
+  DSPARK_ASSIGN_OR_RETURN(r.n_rot, PositiveInt(f, key("rope.dimension_count"), c.head_dim));
+  if (r.n_rot > c.head_dim || r.n_rot % 2 != 0)
+    return InvalidArgument("model: {}: rope.dimension_count {} must be even and <= head_dim {}", f.path(), r.n_rot,
+                           c.head_dim);
+  DSPARK_ASSIGN_OR_RETURN(double base, f.GetFloatOr(key("rope.freq_base"), 10000.0));
+  if (!(base > 1)) return InvalidArgument("model: {}: rope.freq_base {} must be > 1", f.path(), base);
+  r.freq_base = static_cast<float>(base);
+
+  DSPARK_ASSIGN_OR_RETURN(std::string scaling, f.GetStringOr(key("rope.scaling.type"), "none"));
+  DSPARK_ASSIGN_OR_RETURN(double factor, f.GetFloatOr(key("rope.scaling.factor"), 0.0));
+  if (factor == 0.0) {
+    DSPARK_ASSIGN_OR_RETURN(double linear, f.GetFloatOr(key("rope.scale_linear"), 0.0));
+    if (linear != 0.0) {
+      factor = linear;
+      if (scaling == "none") scaling = "linear";
+    }
+  }
+  if (factor < 0) return InvalidArgument("model: {}: rope scaling factor {} is negative", f.path(), factor);
+  if (scaling == "none" || factor == 0.0 || factor == 1.0) {
+    r.scaling = RopeScaling::kNone;
+  } else if (scaling == "linear") {
+    r.scaling = RopeScaling::kLinear;
+    r.freq_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling == "yarn") {
+    r.scaling = RopeScaling::kYarn;
+    r.freq_scale = static_cast<float>(1.0 / factor);
+    DSPARK_ASSIGN_OR_RETURN(int64_t orig, f.GetIntOr(key("rope.scaling.original_context_length"), c.n_ctx_train));
+    r.n_ctx_orig = static_cast<int>(orig);
+    r.yarn_ext_factor = 1.0f;
+    DSPARK_ASSIGN_OR_RETURN(double attn_factor, f.GetFloatOr(key("rope.scaling.attn_factor"), 1.0));
+    r.yarn_attn_factor = static_cast<float>(attn_factor);
+    DSPARK_ASSIGN_OR_RETURN(double beta_fast, f.GetFloatOr(key("rope.scaling.yarn_beta_fast"), 32.0));
+    DSPARK_ASSIGN_OR_RETURN(double beta_slow, f.GetFloatOr(key("rope.scaling.yarn_beta_slow"), 1.0));
+    r.yarn_beta_fast = static_cast<float>(beta_fast);
+    r.yarn_beta_slow = static_cast<float>(beta_slow);
+  } else {
+    return Unimplemented("model: {}: rope scaling type '{}' is not supported (none, linear, yarn)", f.path(), scaling);
+  }
+  if (const gguf::TensorInfo* ff = f.FindTensor("rope_freqs.weight")) {
+    if (ff->NumElements() != r.n_rot / 2 || Info(ff->type).quantized)
+      return InvalidArgument("model: {}: rope_freqs.weight has shape {} type {}, expected [{}] f32", f.path(),
+                             ff->ShapeString(), DTypeName(ff->type), r.n_rot / 2);
+    r.freq_factors.resize(r.n_rot / 2);
+    ops::DequantizeRow(ff->type, ff->data, r.freq_factors.data(), r.n_rot / 2);
+  }
+  return c;
+}
+
+}  // namespace dspark

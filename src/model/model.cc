@@ -1,0 +1,228 @@
+// Loading a dense model and its batched forward pass (the layer loop of llama / qwen2 / qwen3).
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "kernels/ops.h"
+#include "model/arch/arch.h"
+#include "util/log.h"
+
+namespace dspark {
+
+Result<std::unique_ptr<Model>> Model::Load(const std::string& path) {
+  DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> file, gguf::File::Open(path));
+  return FromFile(std::shared_ptr<const gguf::File>(std::move(file)));
+}
+
+Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File> file) {
+  DSPARK_ASSIGN_OR_RETURN(std::string arch, file->GetString("general.architecture"));
+  const ArchDescriptor* desc = FindArch(arch);
+  if (desc == nullptr) {
+    std::string known;
+    for (std::string_view a : KnownArchs()) known += (known.empty() ? "" : ", ") + std::string(a);
+    return Unimplemented("model: {}: unknown architecture '{}' (dspark runs: {})", file->path(), arch, known);
+  }
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = std::move(file);
+  DSPARK_ASSIGN_OR_RETURN(m->config_, desc->read_config(*m->file_));
+  std::vector<std::string> unclaimed;
+  DSPARK_ASSIGN_OR_RETURN(m->weights_, BindDenseWeights(*m->file_, m->config_, &unclaimed));
+  for (const std::string& name : unclaimed) DSPARK_LOG_WARN("model: tensor '{}' is not used by {}", name, arch);
+  m->rope_ = std::make_unique<Rope>(m->config_.rope);
+  return m;
+}
+
+uint64_t Model::WeightBytesPerToken() const {
+  auto bytes = [](const ops::WeightView& w) { return static_cast<uint64_t>(RowBytes(w.type, w.cols)) * w.rows; };
+  uint64_t total = bytes(weights_.output) + RowBytes(weights_.tok_embd.type, weights_.tok_embd.cols);
+  for (const LayerWeights& l : weights_.layers)
+    total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.w_gate) + bytes(l.w_up) + bytes(l.w_down);
+  return total;
+}
+
+Status Model::ValidateBatch(const Batch& batch, const KvCache& cache) const {
+  const int n = batch.size();
+  if (n == 0) return InvalidArgument("model: empty batch");
+  if (!batch.mask.empty() && batch.mask.size() != static_cast<size_t>(n) * n)
+    return InvalidArgument("model: batch mask has {} entries, expected {} x {}", batch.mask.size(), n, n);
+  std::vector<int> added(cache.n_seq(), 0);
+  for (int i = 0; i < n; ++i) {
+    const BatchRow& r = batch.rows[i];
+    DSPARK_TRY(cache.CheckSeq(r.seq));
+    if (r.token < 0 || r.token >= config_.n_vocab)
+      return InvalidArgument("model: token id {} at batch row {} is outside the vocabulary [0, {})", r.token, i,
+                             config_.n_vocab);
+    if (r.pos < 0) return InvalidArgument("model: negative position {} at batch row {}", r.pos, i);
+    ++added[r.seq];
+  }
+  for (int s = 0; s < cache.n_seq(); ++s) {
+    if (cache.Length(s) + added[s] > cache.n_ctx())
+      return OutOfRange("model: context full: sequence {} holds {} tokens, {} more would exceed the context of {}",
+                        s, cache.Length(s), added[s], cache.n_ctx());
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// Per-call scratch, sized for n rows. Reused across calls to avoid allocation on the hot path.
+struct Scratch {
+  std::vector<float> x, h, q, k, v, att, tmp, gate, up, cos_t, sin_t;
+  void Resize(const ModelConfig& c, int n) {
+    const size_t rows = static_cast<size_t>(n);
+    x.resize(rows * c.n_embd);
+    h.resize(rows * c.n_embd);
+    q.resize(rows * c.q_dim());
+    k.resize(rows * c.kv_dim());
+    v.resize(rows * c.v_dim());
+    att.resize(rows * c.n_head * c.head_dim_v);
+    tmp.resize(rows * c.n_embd);
+    gate.resize(rows * c.n_ff);
+    up.resize(rows * c.n_ff);
+    cos_t.resize(rows * c.rope.n_rot / 2);
+    sin_t.resize(rows * c.rope.n_rot / 2);
+  }
+};
+
+void AddBias(const std::vector<float>& bias, int n, float* y) {
+  if (bias.empty()) return;
+  const int64_t d = static_cast<int64_t>(bias.size());
+  for (int i = 0; i < n; ++i) ops::Add(bias.data(), d, y + i * d);
+}
+
+void RmsNormRows(const float* x, const std::vector<float>& w, float eps, int n, int64_t d, float* y, ThreadPool& pool) {
+  pool.ParallelRange(n, 16, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) ops::RmsNorm(x + i * d, w.data(), eps, d, y + i * d);
+  });
+}
+
+}  // namespace
+
+Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadPool& pool,
+                                     const ForwardOptions& options) {
+  DSPARK_TRY(ValidateBatch(batch, cache));
+  const ModelConfig& c = config_;
+  const int n = batch.size();
+  for (int t : options.tap_layers)
+    if (t < 0 || t > c.n_layer) return InvalidArgument("model: tap layer {} out of range [0, {}]", t, c.n_layer);
+
+  // Cell of each row, and the cells each row may attend beyond its sequence's committed prefix.
+  std::vector<int> cell(n), prefix(n);
+  std::vector<int> added(cache.n_seq(), 0);
+  for (int i = 0; i < n; ++i) {
+    const int s = batch.rows[i].seq;
+    prefix[i] = cache.Length(s);
+    cell[i] = prefix[i] + added[s]++;
+  }
+  std::vector<std::vector<int>> extra(n);
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      if (batch.rows[j].seq != batch.rows[i].seq) continue;
+      const bool visible = batch.mask.empty() ? j <= i : batch.mask[static_cast<size_t>(i) * n + j] != 0;
+      if (visible) extra[i].push_back(cell[j]);
+    }
+  }
+
+  thread_local Scratch s;
+  s.Resize(c, n);
+  const int64_t d = c.n_embd;
+  const int half_rot = c.rope.n_rot / 2;
+
+  for (int i = 0; i < n; ++i) {
+    const ops::WeightView& e = weights_.tok_embd;
+    const uint8_t* row = static_cast<const uint8_t*>(e.data) + RowBytes(e.type, e.cols) * batch.rows[i].token;
+    ops::DequantizeRow(e.type, row, s.x.data() + i * d, d);
+    rope_->Angles(batch.rows[i].pos, s.cos_t.data() + i * half_rot, s.sin_t.data() + i * half_rot);
+  }
+
+  ForwardOutput out;
+  out.taps.resize(options.tap_layers.size());
+  auto tap = [&](int layer) {
+    for (size_t t = 0; t < options.tap_layers.size(); ++t)
+      if (options.tap_layers[t] == layer) out.taps[t].assign(s.x.begin(), s.x.begin() + n * d);
+  };
+
+  const int group = c.n_head / c.n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<std::vector<float>> scores(pool.num_threads(), std::vector<float>(cache.n_ctx()));
+
+  for (int il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& L = weights_.layers[il];
+    tap(il);
+
+    // Attention block.
+    RmsNormRows(s.x.data(), L.attn_norm, c.rms_eps, n, d, s.h.data(), pool);
+    ops::MatMul(L.wq, s.h.data(), n, s.q.data(), pool);
+    ops::MatMul(L.wk, s.h.data(), n, s.k.data(), pool);
+    ops::MatMul(L.wv, s.h.data(), n, s.v.data(), pool);
+    AddBias(L.bq, n, s.q.data());
+    AddBias(L.bk, n, s.k.data());
+    AddBias(L.bv, n, s.v.data());
+    pool.ParallelRange(n, 8, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        float* q = s.q.data() + i * c.q_dim();
+        float* k = s.k.data() + i * c.kv_dim();
+        if (c.traits.qk_norm) {
+          for (int hh = 0; hh < c.n_head; ++hh)
+            ops::RmsNorm(q + hh * c.head_dim, L.q_norm.data(), c.rms_eps, c.head_dim, q + hh * c.head_dim);
+          for (int hh = 0; hh < c.n_head_kv; ++hh)
+            ops::RmsNorm(k + hh * c.head_dim, L.k_norm.data(), c.rms_eps, c.head_dim, k + hh * c.head_dim);
+        }
+        rope_->Apply(s.cos_t.data() + i * half_rot, s.sin_t.data() + i * half_rot, c.n_head, c.head_dim, q);
+        rope_->Apply(s.cos_t.data() + i * half_rot, s.sin_t.data() + i * half_rot, c.n_head_kv, c.head_dim, k);
+        const int seq = batch.rows[i].seq;
+        std::memcpy(cache.K(il, seq, cell[i]), k, c.kv_dim() * sizeof(float));
+        std::memcpy(cache.V(il, seq, cell[i]), s.v.data() + i * c.v_dim(), c.v_dim() * sizeof(float));
+      }
+    });
+
+    pool.ParallelFor(static_cast<int64_t>(n) * c.n_head, [&](int64_t task, int thread) {
+      const int i = static_cast<int>(task / c.n_head);
+      const int hh = static_cast<int>(task % c.n_head);
+      const int kvh = hh / group;
+      const int seq = batch.rows[i].seq;
+      const float* q = s.q.data() + static_cast<size_t>(i) * c.q_dim() + hh * c.head_dim;
+      float* sc = scores[thread].data();
+      const int n_prefix = prefix[i];
+      const int n_vis = n_prefix + static_cast<int>(extra[i].size());
+      auto cell_at = [&](int k) { return k < n_prefix ? k : extra[i][k - n_prefix]; };
+      for (int k = 0; k < n_vis; ++k)
+        sc[k] = ops::Dot(q, cache.K(il, seq, cell_at(k)) + kvh * c.head_dim, c.head_dim) * scale;
+      ops::Softmax(sc, n_vis);
+      float* o = s.att.data() + static_cast<size_t>(i) * c.n_head * c.head_dim_v + hh * c.head_dim_v;
+      std::fill(o, o + c.head_dim_v, 0.0f);
+      for (int k = 0; k < n_vis; ++k) ops::Axpy(sc[k], cache.V(il, seq, cell_at(k)) + kvh * c.head_dim_v, c.head_dim_v, o);
+    });
+    ops::MatMul(L.wo, s.att.data(), n, s.tmp.data(), pool);
+    ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());
+
+    // Feed-forward block (SwiGLU).
+    RmsNormRows(s.x.data(), L.ffn_norm, c.rms_eps, n, d, s.h.data(), pool);
+    ops::MatMul(L.w_gate, s.h.data(), n, s.gate.data(), pool);
+    ops::MatMul(L.w_up, s.h.data(), n, s.up.data(), pool);
+    ops::SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * c.n_ff, s.gate.data());
+    ops::MatMul(L.w_down, s.gate.data(), n, s.tmp.data(), pool);
+    ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());
+  }
+  tap(c.n_layer);
+
+  // Final norm and LM head, only for rows that asked for logits.
+  for (int i = 0; i < n; ++i)
+    if (batch.rows[i].logits) out.logit_rows.push_back(i);
+  const int n_out = static_cast<int>(out.logit_rows.size());
+  if (n_out > 0) {
+    for (int k = 0; k < n_out; ++k)
+      ops::RmsNorm(s.x.data() + out.logit_rows[k] * d, weights_.output_norm.data(), c.rms_eps, d, s.h.data() + k * d);
+    out.logits.resize(static_cast<size_t>(n_out) * c.n_vocab);
+    ops::MatMul(weights_.output, s.h.data(), n_out, out.logits.data(), pool);
+  }
+  for (int seq = 0; seq < cache.n_seq(); ++seq)
+    if (added[seq] > 0) cache.Advance(seq, added[seq]);
+  return out;
+}
+
+}  // namespace dspark

@@ -1,0 +1,52 @@
+// A loaded dense transformer (llama / mistral / qwen2 / qwen3) and its batched forward pass.
+// The model owns the mapped GGUF file and the bound weights; KV caches are owned by callers so one
+// model can serve many caches (target, per-request forks).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/batch.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/rope.h"
+#include "model/weights.h"
+#include "util/thread_pool.h"
+
+namespace dspark {
+
+class Model {
+ public:
+  // Opens `path`, finds its architecture, reads hparams and binds every tensor. Errors: unknown
+  // architecture (listing the known ones), missing tensor, wrong shape or type.
+  static Result<std::unique_ptr<Model>> Load(const std::string& path);
+  // Same, for an already opened file (shared with the tokenizer).
+  static Result<std::unique_ptr<Model>> FromFile(std::shared_ptr<const gguf::File> file);
+
+  const ModelConfig& config() const { return config_; }
+  const gguf::File& file() const { return *file_; }
+  std::shared_ptr<const gguf::File> shared_file() const { return file_; }
+  const ModelWeights& weights() const { return weights_; }
+  // Bytes of weights one decode step streams from memory (for bandwidth accounting).
+  uint64_t WeightBytesPerToken() const;
+
+  // Runs every row of `batch` through the model, appending each row's K/V to its sequence in
+  // `cache`, and returns logits of the rows that asked for them (plus taps). Errors: a sequence
+  // whose context would overflow, bad token ids or sequence ids, a malformed mask. On error the
+  // cache is unchanged.
+  Result<ForwardOutput> Forward(const Batch& batch, KvCache& cache, ThreadPool& pool,
+                                const ForwardOptions& options = {});
+
+ private:
+  Model() = default;
+  Status ValidateBatch(const Batch& batch, const KvCache& cache) const;
+
+  std::shared_ptr<const gguf::File> file_;
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::unique_ptr<Rope> rope_;
+};
+
+}  // namespace dspark

@@ -1,0 +1,116 @@
+#include "model/weights.h"
+
+#include <set>
+
+#include <fmt/format.h>
+
+namespace dspark {
+
+namespace {
+
+// Claims tensors by name and checks shapes; remembers which names were claimed.
+class Binder {
+ public:
+  Binder(const gguf::File& file, const ModelConfig& config) : file_(file), config_(config) {}
+
+  Result<const gguf::TensorInfo*> Find(const std::string& name, const std::vector<int64_t>& ne,
+                                       TensorRequirement req) {
+    const gguf::TensorInfo* t = file_.FindTensor(name);
+    if (t == nullptr) {
+      if (req == TensorRequirement::kOptional) return static_cast<const gguf::TensorInfo*>(nullptr);
+      return NotFound("model: {}: required tensor '{}' is missing for architecture {}", file_.path(), name,
+                      config_.arch);
+    }
+    claimed_.insert(name);
+    std::vector<int64_t> actual = t->ne;
+    // Trailing dims of 1 are equivalent ([n] == [n, 1]).
+    while (actual.size() > ne.size() && actual.back() == 1) actual.pop_back();
+    if (actual != ne) {
+      std::string want = "[";
+      for (size_t k = 0; k < ne.size(); ++k) want += (k ? ", " : "") + std::to_string(ne[k]);
+      want += "]";
+      return InvalidArgument(
+          "model: {}: tensor '{}' (data at byte {}) has shape {}, expected {} for {} (n_embd={}, n_head={}, "
+          "n_head_kv={}, head_dim={}, n_ff={}, n_vocab={})",
+          file_.path(), name, t->file_offset, t->ShapeString(), want, config_.arch, config_.n_embd,
+          config_.n_head, config_.n_head_kv, config_.head_dim, config_.n_ff, config_.n_vocab);
+    }
+    return t;
+  }
+
+  Result<ops::WeightView> Matrix(const std::string& name, int64_t cols, int64_t rows,
+                                 TensorRequirement req = TensorRequirement::kRequired) {
+    DSPARK_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(name, {cols, rows}, req));
+    if (t == nullptr) return ops::WeightView{};
+    if (!ops::MatMulSupports(t->type))
+      return Unimplemented("model: {}: tensor '{}' has type {}, which dspark cannot multiply yet", file_.path(),
+                           name, DTypeName(t->type));
+    return ops::WeightView{t->data, t->type, rows, cols};
+  }
+
+  Result<std::vector<float>> Vector(const std::string& name, int64_t n,
+                                    TensorRequirement req = TensorRequirement::kRequired) {
+    DSPARK_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(name, {n}, req));
+    if (t == nullptr) return std::vector<float>{};
+    if (Info(t->type).quantized || !ops::CanQuantize(t->type))
+      return Unimplemented("model: {}: vector tensor '{}' has type {}, expected f32/f16/bf16", file_.path(), name,
+                           DTypeName(t->type));
+    std::vector<float> out(n);
+    ops::DequantizeRow(t->type, t->data, out.data(), n);
+    return out;
+  }
+
+  void ReportUnclaimed(std::vector<std::string>* unclaimed) const {
+    if (unclaimed == nullptr) return;
+    for (const auto& t : file_.tensors())
+      if (!claimed_.count(t.name)) unclaimed->push_back(t.name);
+  }
+
+ private:
+  const gguf::File& file_;
+  const ModelConfig& config_;
+  std::set<std::string> claimed_;
+};
+
+}  // namespace
+
+Result<ModelWeights> BindDenseWeights(const gguf::File& file, const ModelConfig& c,
+                                      std::vector<std::string>* unclaimed) {
+  Binder b(file, c);
+  ModelWeights w;
+  DSPARK_ASSIGN_OR_RETURN(w.tok_embd, b.Matrix("token_embd.weight", c.n_embd, c.n_vocab));
+  DSPARK_ASSIGN_OR_RETURN(w.output_norm, b.Vector("output_norm.weight", c.n_embd));
+  if (c.tied_embeddings) {
+    w.output = w.tok_embd;
+  } else {
+    DSPARK_ASSIGN_OR_RETURN(w.output, b.Matrix("output.weight", c.n_embd, c.n_vocab));
+  }
+  // rope_freqs is read into the config by the architecture; claim it here so it is not "unused".
+  DSPARK_TRY(b.Find("rope_freqs.weight", {c.rope.n_rot / 2}, TensorRequirement::kOptional).status());
+
+  const auto bias_req = c.traits.qkv_bias ? TensorRequirement::kRequired : TensorRequirement::kOptional;
+  const auto norm_req = c.traits.qk_norm ? TensorRequirement::kRequired : TensorRequirement::kOptional;
+  w.layers.resize(c.n_layer);
+  for (int il = 0; il < c.n_layer; ++il) {
+    LayerWeights& l = w.layers[il];
+    auto n = [il](const char* part) { return fmt::format("blk.{}.{}", il, part); };
+    DSPARK_ASSIGN_OR_RETURN(l.attn_norm, b.Vector(n("attn_norm.weight"), c.n_embd));
+    DSPARK_ASSIGN_OR_RETURN(l.wq, b.Matrix(n("attn_q.weight"), c.n_embd, c.q_dim()));
+    DSPARK_ASSIGN_OR_RETURN(l.wk, b.Matrix(n("attn_k.weight"), c.n_embd, c.kv_dim()));
+    DSPARK_ASSIGN_OR_RETURN(l.wv, b.Matrix(n("attn_v.weight"), c.n_embd, c.v_dim()));
+    DSPARK_ASSIGN_OR_RETURN(l.wo, b.Matrix(n("attn_output.weight"), int64_t{c.n_head} * c.head_dim_v, c.n_embd));
+    DSPARK_ASSIGN_OR_RETURN(l.bq, b.Vector(n("attn_q.bias"), c.q_dim(), bias_req));
+    DSPARK_ASSIGN_OR_RETURN(l.bk, b.Vector(n("attn_k.bias"), c.kv_dim(), bias_req));
+    DSPARK_ASSIGN_OR_RETURN(l.bv, b.Vector(n("attn_v.bias"), c.v_dim(), bias_req));
+    DSPARK_ASSIGN_OR_RETURN(l.q_norm, b.Vector(n("attn_q_norm.weight"), c.head_dim, norm_req));
+    DSPARK_ASSIGN_OR_RETURN(l.k_norm, b.Vector(n("attn_k_norm.weight"), c.head_dim, norm_req));
+    DSPARK_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(n("ffn_norm.weight"), c.n_embd));
+    DSPARK_ASSIGN_OR_RETURN(l.w_gate, b.Matrix(n("ffn_gate.weight"), c.n_embd, c.n_ff));
+    DSPARK_ASSIGN_OR_RETURN(l.w_up, b.Matrix(n("ffn_up.weight"), c.n_embd, c.n_ff));
+    DSPARK_ASSIGN_OR_RETURN(l.w_down, b.Matrix(n("ffn_down.weight"), c.n_ff, c.n_embd));
+  }
+  b.ReportUnclaimed(unclaimed);
+  return w;
+}
+
+}  // namespace dspark

@@ -1,0 +1,137 @@
+#include "sampling/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace dspark {
+
+Status ValidateSamplingParams(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0)
+    return InvalidArgument("temperature must be a finite number >= 0, got {}", p.temperature);
+  if (p.top_k < 0) return InvalidArgument("top_k must be >= 0 (0 disables it), got {}", p.top_k);
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return InvalidArgument("top_p must be in (0, 1], got {}", p.top_p);
+  if (!(p.min_p >= 0.0f && p.min_p < 1.0f)) return InvalidArgument("min_p must be in [0, 1), got {}", p.min_p);
+  return Status::Ok();
+}
+
+namespace {
+uint64_t SplitMix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+  for (auto& w : s_) w = SplitMix64(seed);
+}
+
+uint64_t Rng::Next() {
+  const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = Rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+
+int32_t Argmax(const float* logits, int n_vocab) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n_vocab; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return best;
+}
+
+void ComputeProbs(const float* logits, int n_vocab, const SamplingParams& params, std::vector<float>* probs) {
+  std::vector<float>& p = *probs;
+  p.assign(n_vocab, 0.0f);
+  if (params.greedy()) {
+    p[Argmax(logits, n_vocab)] = 1.0f;
+    return;
+  }
+  const float inv_t = 1.0f / params.temperature;
+  float max_logit = -INFINITY;
+  for (int i = 0; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+  double sum = 0;
+  for (int i = 0; i < n_vocab; ++i) {
+    const float e = std::exp((logits[i] - max_logit) * inv_t);
+    p[i] = e;
+    sum += e;
+  }
+  const float inv_sum = static_cast<float>(1.0 / sum);
+  for (float& v : p) v *= inv_sum;
+
+  const bool use_top_k = params.top_k > 0 && params.top_k < n_vocab;
+  const bool use_top_p = params.top_p < 1.0f;
+  if (use_top_k || use_top_p) {
+    // Candidates sorted by probability, ties broken by id so the cut is deterministic.
+    std::vector<int32_t> order(n_vocab);
+    std::iota(order.begin(), order.end(), 0);
+    const int keep_max = use_top_k ? params.top_k : n_vocab;
+    auto by_prob = [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
+    if (keep_max < n_vocab) {
+      std::partial_sort(order.begin(), order.begin() + keep_max, order.end(), by_prob);
+    } else {
+      std::sort(order.begin(), order.end(), by_prob);
+    }
+    int keep = keep_max;
+    if (use_top_p) {
+      double cum = 0;
+      double kept_mass = 0;
+      for (int k = 0; k < keep_max; ++k) kept_mass += p[order[k]];
+      for (int k = 0; k < keep_max; ++k) {
+        cum += p[order[k]];
+        // Nucleus over the top-k survivors, relative to their mass (top-k then top-p).
+        if (cum >= params.top_p * kept_mass) {
+          keep = k + 1;
+          break;
+        }
+      }
+    }
+    std::vector<uint8_t> kept(n_vocab, 0);
+    for (int k = 0; k < keep; ++k) kept[order[k]] = 1;
+    for (int i = 0; i < n_vocab; ++i)
+      if (!kept[i]) p[i] = 0.0f;
+  }
+  if (params.min_p > 0.0f) {
+    const float top = *std::max_element(p.begin(), p.end());
+    const float cut = params.min_p * top;
+    for (float& v : p)
+      if (v < cut) v = 0.0f;
+  }
+  double total = 0;
+  for (float v : p) total += v;
+  const float inv_total = static_cast<float>(1.0 / total);
+  for (float& v : p) v *= inv_total;
+}
+
+int32_t SampleFromWeights(const std::vector<float>& weights, Rng& rng) {
+  double total = 0;
+  for (float w : weights) total += w;
+  double u = rng.Uniform() * total;
+  int32_t last_nonzero = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (weights[i] <= 0) continue;
+    last_nonzero = static_cast<int32_t>(i);
+    u -= weights[i];
+    if (u < 0) return last_nonzero;
+  }
+  return last_nonzero;  // rounding left a sliver of mass: take the last candidate
+}
+
+int32_t SampleToken(const float* logits, int n_vocab, const SamplingParams& params, Rng& rng,
+                    std::vector<float>* scratch) {
+  if (params.greedy()) return Argmax(logits, n_vocab);
+  ComputeProbs(logits, n_vocab, params, scratch);
+  return SampleFromWeights(*scratch, rng);
+}
+
+}  // namespace dspark
