@@ -13,6 +13,7 @@ namespace dspark {
 
 struct ArchDescriptor {
   std::string_view name;  // general.architecture value
+  ArchTraits traits;      // what shared code (forward pass, synth writer) needs to know
   // Reads and range-checks the hyperparameters (`<arch>.*` keys) into a config.
   Result<ModelConfig> (*read_config)(const gguf::File& file);
 };

@@ -4,16 +4,12 @@
 namespace dspark {
 
 namespace {
-Result<ModelConfig> ReadQwen2(const gguf::File& file) {
-  ArchTraits traits;
-  traits.qkv_bias = true;
-  traits.rope_style = RopeStyle::kNeox;
-  return ReadDenseHparams(file, "qwen2", traits);
-}
+constexpr ArchTraits kQwen2Traits{.qkv_bias = true, .qk_norm = false, .rope_style = RopeStyle::kNeox};
+Result<ModelConfig> ReadQwen2(const gguf::File& file) { return ReadDenseHparams(file, "qwen2", kQwen2Traits); }
 }  // namespace
 
 const ArchDescriptor& Qwen2Arch() {
-  static const ArchDescriptor d{"qwen2", &ReadQwen2};
+  static const ArchDescriptor d{"qwen2", kQwen2Traits, &ReadQwen2};
   return d;
 }
 

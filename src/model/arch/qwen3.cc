@@ -5,16 +5,12 @@
 namespace dspark {
 
 namespace {
-Result<ModelConfig> ReadQwen3(const gguf::File& file) {
-  ArchTraits traits;
-  traits.qk_norm = true;
-  traits.rope_style = RopeStyle::kNeox;
-  return ReadDenseHparams(file, "qwen3", traits);
-}
+constexpr ArchTraits kQwen3Traits{.qkv_bias = false, .qk_norm = true, .rope_style = RopeStyle::kNeox};
+Result<ModelConfig> ReadQwen3(const gguf::File& file) { return ReadDenseHparams(file, "qwen3", kQwen3Traits); }
 }  // namespace
 
 const ArchDescriptor& Qwen3Arch() {
-  static const ArchDescriptor d{"qwen3", &ReadQwen3};
+  static const ArchDescriptor d{"qwen3", kQwen3Traits, &ReadQwen3};
   return d;
 }
 

@@ -1,0 +1,164 @@
+// `dspark bench --plain`: prefill, decode and verify-k throughput of a target model, with the
+// achieved fraction of memory bandwidth for decode measured against a copy benchmark in the
+// same run. Speculative sweeps and the load benchmark are added by their own issues.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "model/model.h"
+
+namespace dspark::cli {
+
+namespace {
+
+struct BenchFlags {
+  std::string model;
+  bool plain = false;
+  int threads = 0;
+  int reps = 3;
+  int n_prefill = 512;
+  int n_decode = 128;
+  bool json = false;
+};
+
+struct Summary {
+  double median = 0, min = 0, max = 0;
+};
+
+Summary Summarise(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  Summary s;
+  s.min = v.front();
+  s.max = v.back();
+  s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  return s;
+}
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Bytes moved per second (read + write) by a multi-threaded memcpy of a buffer far larger than
+// the caches: the practical ceiling for streaming weights.
+double CopyBandwidth(ThreadPool& pool) {
+  const size_t n = size_t{512} << 20;
+  std::vector<uint8_t> a(n, 1), b(n, 0);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t0 = NowMs();
+    pool.ParallelRange(static_cast<int64_t>(n), 1 << 22, [&](int64_t s, int64_t e, int) {
+      std::memcpy(b.data() + s, a.data() + s, e - s);
+    });
+    const double ms = NowMs() - t0;
+    best = std::max(best, 2.0 * n / (ms / 1000.0));
+  }
+  return best;
+}
+
+int RunPlainBench(const BenchFlags& f) {
+  auto model_or = Model::Load(f.model);
+  if (!model_or.ok()) return Fail(model_or.status());
+  Model& model = **model_or;
+  const ModelConfig& c = model.config();
+  ThreadPool pool(f.threads > 0 ? f.threads : ThreadPool::DefaultThreadCount());
+  const int n_ctx = f.n_prefill + f.n_decode + 64;
+  KvCache cache(c, 1, n_ctx);
+  auto token = [&](int i) { return static_cast<int32_t>((i * 7919 + 13) % c.n_vocab); };
+  auto run = [&](int n_rows, int start, bool all_logits) -> Status {
+    Batch b;
+    for (int i = 0; i < n_rows; ++i) b.Add(token(start + i), start + i, 0, all_logits || i == n_rows - 1);
+    return model.Forward(b, cache, pool).status();
+  };
+
+  std::fprintf(stderr, "dspark bench: %s, %s, %d threads\n", f.model.c_str(), c.arch.c_str(), pool.num_threads());
+  const double copy_bw = CopyBandwidth(pool);
+
+  // Warm-up: touches every weight page once so the first timed run does not pay page faults.
+  Status s = run(8, 0, false);
+  if (!s.ok()) return Fail(s);
+
+  std::vector<double> prefill, decode;
+  std::map<int, std::vector<double>> verify;
+  const int ks[] = {1, 2, 4, 8, 16};
+  for (int rep = 0; rep < f.reps; ++rep) {
+    cache.Clear(0);
+    double t0 = NowMs();
+    if (!(s = run(f.n_prefill, 0, false)).ok()) return Fail(s);
+    prefill.push_back(f.n_prefill * 1000.0 / (NowMs() - t0));
+
+    t0 = NowMs();
+    for (int i = 0; i < f.n_decode; ++i)
+      if (!(s = run(1, f.n_prefill + i, true)).ok()) return Fail(s);
+    decode.push_back(f.n_decode * 1000.0 / (NowMs() - t0));
+
+    // Verify-k: k rows with logits for each, on top of the prompt, then roll back.
+    for (int k : ks) {
+      const int base = cache.Length(0);
+      t0 = NowMs();
+      if (!(s = run(k, base, true)).ok()) return Fail(s);
+      verify[k].push_back(NowMs() - t0);
+      (void)cache.Truncate(0, base);
+    }
+  }
+  const Summary pf = Summarise(prefill), dc = Summarise(decode);
+  const double weight_bytes = static_cast<double>(model.WeightBytesPerToken());
+  const double bw_fraction = dc.median * weight_bytes / copy_bw;
+  nlohmann::json j;
+  j["model"] = f.model;
+  j["threads"] = pool.num_threads();
+  j["prefill_tokens"] = f.n_prefill;
+  j["prefill_tok_s"] = pf.median;
+  j["prefill_tok_s_min"] = pf.min;
+  j["prefill_tok_s_max"] = pf.max;
+  j["decode_tokens"] = f.n_decode;
+  j["decode_tok_s"] = dc.median;
+  j["decode_tok_s_min"] = dc.min;
+  j["decode_tok_s_max"] = dc.max;
+  j["weight_bytes_per_token"] = weight_bytes;
+  j["copy_bandwidth_gb_s"] = copy_bw / 1e9;
+  j["decode_bandwidth_fraction"] = bw_fraction;
+  nlohmann::json vj = nlohmann::json::object();
+  for (int k : ks) vj[std::to_string(k)] = Summarise(verify[k]).median;
+  j["verify_ms"] = vj;
+  if (f.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("prefill (%d tokens): %8.1f tok/s  (min %.1f, max %.1f)\n", f.n_prefill, pf.median, pf.min, pf.max);
+  std::printf("decode  (%d tokens): %8.1f tok/s  (min %.1f, max %.1f)\n", f.n_decode, dc.median, dc.min, dc.max);
+  std::printf("decode bandwidth:   %.2f GB/s of weights = %.0f%% of copy bandwidth %.2f GB/s (read+write)\n",
+              dc.median * weight_bytes / 1e9, 100 * bw_fraction, copy_bw / 1e9);
+  const double one = Summarise(verify[1]).median;
+  for (int k : ks) {
+    const double ms = Summarise(verify[k]).median;
+    std::printf("verify k=%-2d: %8.2f ms  (%.2fx one position)\n", k, ms, ms / one);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner RegisterBench(CLI::App& app) {
+  auto f = std::make_shared<BenchFlags>();
+  f->model = DefaultModelPath();
+  CLI::App* sub = app.add_subcommand("bench", "Benchmark plain decoding (and, with other modes, speculation)");
+  sub->add_flag("--plain", f->plain, "Prefill / decode / verify-k throughput of the target alone");
+  sub->add_option("-m,--model", f->model, "Target model GGUF")->capture_default_str();
+  sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
+  sub->add_option("-r,--reps", f->reps, "Repetitions (median, min, max reported)")->capture_default_str()->check(CLI::Range(1, 100));
+  sub->add_option("--prefill", f->n_prefill, "Prefill length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  sub->add_option("--decode", f->n_decode, "Decode length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  sub->add_flag("--json", f->json, "Print one JSON object");
+  return [f] {
+    if (!f->plain) return Fail(InvalidArgument("bench: choose a mode (--plain)"));
+    return RunPlainBench(*f);
+  };
+}
+
+}  // namespace dspark::cli

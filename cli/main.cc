@@ -1,0 +1,51 @@
+// `dspark`: thin front end over the library. Parses flags, calls the library, prints.
+#include <cstdio>
+#include <vector>
+
+#include "cli/commands.h"
+#include "util/log.h"
+
+#ifndef DSPARK_VERSION
+#define DSPARK_VERSION "0.0.0"
+#endif
+
+namespace dspark::cli {
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "dspark: %s\n", status.message().c_str());
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument: return 2;
+    case StatusCode::kNotFound: return 3;
+    default: return 1;
+  }
+}
+
+}  // namespace dspark::cli
+
+int main(int argc, char** argv) {
+  using namespace dspark::cli;
+  dspark::SetLogLevel(dspark::LogLevel::kWarn);
+  CLI::App app{"dspark: lossless speculative decoding for GGUF models"};
+  app.set_version_flag("--version", std::string("dspark ") + DSPARK_VERSION);
+  app.require_subcommand(1);
+  std::vector<std::pair<CLI::App*, Runner>> commands;
+  auto add = [&](Runner (*reg)(CLI::App&)) {
+    const size_t before = app.get_subcommands({}).size();
+    Runner r = reg(app);
+    commands.emplace_back(app.get_subcommands({})[before], std::move(r));
+  };
+  add(&RegisterGenerate);
+  add(&RegisterTokenize);
+  add(&RegisterInfo);
+  add(&RegisterQuantize);
+  add(&RegisterSynth);
+  add(&RegisterBench);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (auto& [sub, run] : commands)
+    if (sub->parsed()) return run();
+  return 1;
+}

@@ -1,0 +1,402 @@
+// Every dense architecture against a straightforward double-precision reference forward pass on
+// tiny random-weight GGUF files, plus batching, KV rollback, masks, taps and load errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "kernels/ops.h"
+#include "model/model.h"
+#include "model/synth.h"
+
+namespace dspark {
+namespace {
+
+using Matrix = std::vector<double>;
+
+// Dequantised weights of one GGUF tensor as doubles, [rows, cols].
+Matrix Weights(const gguf::File& f, const std::string& name) {
+  const gguf::TensorInfo* t = f.FindTensor(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (t == nullptr) return {};
+  const int64_t cols = t->ne[0], rows = t->Rows();
+  std::vector<float> row(cols);
+  Matrix out(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    ops::DequantizeRow(t->type, t->data + r * RowBytes(t->type, cols), row.data(), cols);
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = row[c];
+  }
+  return out;
+}
+
+std::vector<double> MatVec(const Matrix& w, const std::vector<double>& x, int64_t rows) {
+  const int64_t cols = static_cast<int64_t>(x.size());
+  std::vector<double> y(rows, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y[r] += w[r * cols + c] * x[c];
+  return y;
+}
+
+std::vector<double> RmsNorm(const std::vector<double>& x, const Matrix& w, double eps, size_t off = 0, size_t n = 0) {
+  if (n == 0) n = x.size();
+  double ss = 0;
+  for (size_t i = 0; i < n; ++i) ss += x[off + i] * x[off + i];
+  const double inv = 1.0 / std::sqrt(ss / n + eps);
+  std::vector<double> y(n);
+  for (size_t i = 0; i < n; ++i) y[i] = x[off + i] * inv * w[i];
+  return y;
+}
+
+void Rotate(std::vector<double>& v, size_t off, int head_dim, int pos, const ModelConfig& c) {
+  const int half = c.rope.n_rot / 2;
+  for (int i = 0; i < half; ++i) {
+    double theta = pos * std::pow(static_cast<double>(c.rope.freq_base), -2.0 * i / c.rope.n_rot);
+    if (!c.rope.freq_factors.empty()) theta /= c.rope.freq_factors[i];
+    if (c.rope.scaling == RopeScaling::kLinear) theta *= c.rope.freq_scale;
+    const size_t a = c.rope.style == RopeStyle::kNeox ? off + i : off + 2 * i;
+    const size_t b = c.rope.style == RopeStyle::kNeox ? off + i + half : off + 2 * i + 1;
+    const double x0 = v[a], x1 = v[b];
+    v[a] = x0 * std::cos(theta) - x1 * std::sin(theta);
+    v[b] = x0 * std::sin(theta) + x1 * std::cos(theta);
+  }
+}
+
+// Logits [n_tokens, n_vocab] of a single sequence with causal attention, all in double.
+std::vector<std::vector<double>> ReferenceForward(const gguf::File& f, const ModelConfig& c,
+                                                  const std::vector<int32_t>& tokens) {
+  const int n = static_cast<int>(tokens.size());
+  const Matrix embd = Weights(f, "token_embd.weight");
+  std::vector<std::vector<double>> x(n, std::vector<double>(c.n_embd));
+  for (int t = 0; t < n; ++t)
+    for (int i = 0; i < c.n_embd; ++i) x[t][i] = embd[static_cast<size_t>(tokens[t]) * c.n_embd + i];
+  for (int il = 0; il < c.n_layer; ++il) {
+    auto w = [&](const char* part) { return Weights(f, fmt::format("blk.{}.{}", il, part)); };
+    const Matrix attn_norm = w("attn_norm.weight"), wq = w("attn_q.weight"), wk = w("attn_k.weight"),
+                 wv = w("attn_v.weight"), wo = w("attn_output.weight"), ffn_norm = w("ffn_norm.weight"),
+                 wg = w("ffn_gate.weight"), wu = w("ffn_up.weight"), wd = w("ffn_down.weight");
+    std::vector<std::vector<double>> q(n), k(n), v(n);
+    for (int t = 0; t < n; ++t) {
+      const auto h = RmsNorm(x[t], attn_norm, c.rms_eps);
+      q[t] = MatVec(wq, h, c.q_dim());
+      k[t] = MatVec(wk, h, c.kv_dim());
+      v[t] = MatVec(wv, h, c.v_dim());
+      if (c.traits.qkv_bias) {
+        const Matrix bq = w("attn_q.bias"), bk = w("attn_k.bias"), bv = w("attn_v.bias");
+        for (int i = 0; i < c.q_dim(); ++i) q[t][i] += bq[i];
+        for (int i = 0; i < c.kv_dim(); ++i) k[t][i] += bk[i];
+        for (int i = 0; i < c.v_dim(); ++i) v[t][i] += bv[i];
+      }
+      if (c.traits.qk_norm) {
+        const Matrix qn = w("attn_q_norm.weight"), kn = w("attn_k_norm.weight");
+        for (int hh = 0; hh < c.n_head; ++hh) {
+          auto y = RmsNorm(q[t], qn, c.rms_eps, hh * c.head_dim, c.head_dim);
+          std::copy(y.begin(), y.end(), q[t].begin() + hh * c.head_dim);
+        }
+        for (int hh = 0; hh < c.n_head_kv; ++hh) {
+          auto y = RmsNorm(k[t], kn, c.rms_eps, hh * c.head_dim, c.head_dim);
+          std::copy(y.begin(), y.end(), k[t].begin() + hh * c.head_dim);
+        }
+      }
+      for (int hh = 0; hh < c.n_head; ++hh) Rotate(q[t], hh * c.head_dim, c.head_dim, t, c);
+      for (int hh = 0; hh < c.n_head_kv; ++hh) Rotate(k[t], hh * c.head_dim, c.head_dim, t, c);
+    }
+    for (int t = 0; t < n; ++t) {
+      std::vector<double> att(c.n_head * c.head_dim_v, 0.0);
+      for (int hh = 0; hh < c.n_head; ++hh) {
+        const int kvh = hh / (c.n_head / c.n_head_kv);
+        std::vector<double> s(t + 1);
+        double mx = -1e300;
+        for (int u = 0; u <= t; ++u) {
+          double d = 0;
+          for (int i = 0; i < c.head_dim; ++i) d += q[t][hh * c.head_dim + i] * k[u][kvh * c.head_dim + i];
+          s[u] = d / std::sqrt(static_cast<double>(c.head_dim));
+          mx = std::max(mx, s[u]);
+        }
+        double sum = 0;
+        for (double& e : s) sum += (e = std::exp(e - mx));
+        for (int u = 0; u <= t; ++u)
+          for (int i = 0; i < c.head_dim_v; ++i) att[hh * c.head_dim_v + i] += s[u] / sum * v[u][kvh * c.head_dim_v + i];
+      }
+      const auto o = MatVec(wo, att, c.n_embd);
+      for (int i = 0; i < c.n_embd; ++i) x[t][i] += o[i];
+      const auto h = RmsNorm(x[t], ffn_norm, c.rms_eps);
+      auto g = MatVec(wg, h, c.n_ff);
+      const auto u = MatVec(wu, h, c.n_ff);
+      for (int i = 0; i < c.n_ff; ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+      const auto dn = MatVec(wd, g, c.n_embd);
+      for (int i = 0; i < c.n_embd; ++i) x[t][i] += dn[i];
+    }
+  }
+  const Matrix out_norm = Weights(f, "output_norm.weight");
+  const Matrix head = Weights(f, c.tied_embeddings ? "token_embd.weight" : "output.weight");
+  std::vector<std::vector<double>> logits(n);
+  for (int t = 0; t < n; ++t) logits[t] = MatVec(head, RmsNorm(x[t], out_norm, c.rms_eps), c.n_vocab);
+  return logits;
+}
+
+std::string WriteTiny(const SynthSpec& spec, const std::string& tag) {
+  const std::string path = std::string(::testing::TempDir()) + "dspark_tiny_" + tag + ".gguf";
+  Status s = WriteSynthModel(spec, nullptr, path);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return path;
+}
+
+SynthSpec TinySpec(const std::string& arch, DType type) {
+  SynthSpec spec;
+  spec.arch = arch;
+  spec.matrix_type = type;
+  const bool super_block = Info(type).block_size == 256;
+  spec.n_embd = super_block ? 256 : 64;
+  spec.n_head = 4;
+  spec.n_head_kv = 2;
+  spec.head_dim = super_block ? 64 : 16;
+  spec.n_ff = super_block ? 512 : 128;
+  spec.n_vocab = 300;
+  spec.tied_embeddings = arch != "qwen2";  // cover both LM-head layouts
+  spec.llama3_rope_freqs = arch == "llama";
+  spec.weight_gain = 1.5f;
+  return spec;
+}
+
+// Max |a - b| relative to the largest reference logit magnitude.
+double RelErr(const float* got, const std::vector<double>& want) {
+  double mx = 1e-9, err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    mx = std::max(mx, std::abs(want[i]));
+    err = std::max(err, std::abs(got[i] - want[i]));
+  }
+  return err / mx;
+}
+
+// Tolerance per weight type: float weights differ only by float32 rounding; quantised weights
+// also see activations quantised to 8 bits (as llama.cpp does).
+double Tolerance(DType type) {
+  switch (type) {
+    case DType::kF32: return 1e-4;
+    case DType::kF16: case DType::kBF16: return 2e-3;
+    default: return 4e-2;
+  }
+}
+
+struct Case {
+  std::string arch;
+  DType type;
+};
+
+class ArchTest : public ::testing::TestWithParam<Case> {};
+
+std::vector<int32_t> Prompt(int n, int n_vocab) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * 37 + 11) % n_vocab;
+  return t;
+}
+
+TEST_P(ArchTest, ForwardMatchesDoubleReference) {
+  const Case& p = GetParam();
+  const std::string path = WriteTiny(TinySpec(p.arch, p.type), p.arch + std::string(DTypeName(p.type)));
+  auto model = Model::Load(path);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const ModelConfig& c = (*model)->config();
+  const auto tokens = Prompt(10, c.n_vocab);
+  const auto want = ReferenceForward((*model)->file(), c, tokens);
+
+  ThreadPool pool(2);
+  // Whole prompt in one pass.
+  KvCache cache(c, 1, 64);
+  Batch batch;
+  for (int i = 0; i < 10; ++i) batch.Add(tokens[i], i, 0, true);
+  auto out = (*model)->Forward(batch, cache, pool);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  ASSERT_EQ(out->logit_rows.size(), 10u);
+  for (int t = 0; t < 10; ++t)
+    EXPECT_LT(RelErr(out->Logits(t, c.n_vocab), want[t]), Tolerance(p.type)) << "position " << t;
+
+  // One token at a time through the KV cache gives the same logits.
+  KvCache cache2(c, 1, 64);
+  for (int t = 0; t < 10; ++t) {
+    Batch one;
+    one.Add(tokens[t], t, 0, true);
+    auto o = (*model)->Forward(one, cache2, pool);
+    ASSERT_TRUE(o.ok());
+    EXPECT_LT(RelErr(o->Logits(0, c.n_vocab), want[t]), Tolerance(p.type)) << "decode position " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllArchs, ArchTest,
+    ::testing::Values(Case{"llama", DType::kF32}, Case{"mistral", DType::kF16}, Case{"qwen2", DType::kF32},
+                      Case{"qwen3", DType::kF32}, Case{"qwen3", DType::kF16}, Case{"qwen3", DType::kBF16},
+                      Case{"qwen3", DType::kQ8_0}, Case{"llama", DType::kQ4_0}, Case{"qwen2", DType::kQ4_1},
+                      Case{"qwen3", DType::kQ5_0}, Case{"qwen3", DType::kQ5_1}, Case{"qwen3", DType::kQ4_K},
+                      Case{"llama", DType::kQ5_K}, Case{"qwen3", DType::kQ6_K}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return info.param.arch + "_" + std::string(DTypeName(info.param.type));
+    });
+
+class TinyQwen3 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = WriteTiny(TinySpec("qwen3", DType::kF32), "fixture");
+    auto m = Model::Load(path_);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    model_ = std::move(*m);
+  }
+  std::vector<float> RunAll(KvCache& cache, int seq, const std::vector<int32_t>& tokens, int start_pos) {
+    Batch b;
+    for (size_t i = 0; i < tokens.size(); ++i) b.Add(tokens[i], start_pos + static_cast<int>(i), seq, true);
+    auto o = model_->Forward(b, cache, pool_);
+    EXPECT_TRUE(o.ok()) << o.status().message();
+    return o.ok() ? o->logits : std::vector<float>{};
+  }
+  std::string path_;
+  std::unique_ptr<Model> model_;
+  ThreadPool pool_{2};
+};
+
+TEST_F(TinyQwen3, RollbackThenDecodeEqualsFreshRun) {
+  const ModelConfig& c = model_->config();
+  KvCache cache(c, 1, 64);
+  RunAll(cache, 0, {5, 6, 7, 8, 9, 10, 11, 12}, 0);
+  ASSERT_TRUE(cache.Truncate(0, 5).ok());
+  const auto after = RunAll(cache, 0, {40, 41, 42}, 5);
+  KvCache fresh(c, 1, 64);
+  const auto all = RunAll(fresh, 0, {5, 6, 7, 8, 9, 40, 41, 42}, 0);
+  ASSERT_EQ(after.size(), 3u * c.n_vocab);
+  for (size_t i = 0; i < after.size(); ++i) ASSERT_FLOAT_EQ(after[i], all[5 * c.n_vocab + i]);
+}
+
+TEST_F(TinyQwen3, SequencesInOneBatchDoNotInteract) {
+  const ModelConfig& c = model_->config();
+  KvCache solo(c, 1, 64);
+  const auto a = RunAll(solo, 0, {3, 4, 5, 6}, 0);
+  KvCache shared(c, 3, 64);
+  Batch b;
+  const int32_t other[] = {100, 101, 102};
+  for (int i = 0; i < 4; ++i) {
+    b.Add(std::vector<int32_t>{3, 4, 5, 6}[i], i, 2, true);
+    if (i < 3) b.Add(other[i], i, 0, false);
+  }
+  auto o = model_->Forward(b, shared, pool_);
+  ASSERT_TRUE(o.ok());
+  ASSERT_EQ(o->logit_rows.size(), 4u);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(o->logits[i], a[i], 1e-4);
+  EXPECT_EQ(shared.Length(2), 4);
+  EXPECT_EQ(shared.Length(0), 3);
+}
+
+TEST_F(TinyQwen3, ExplicitCausalMaskEqualsDefaultAndBidirectionalDiffers) {
+  const ModelConfig& c = model_->config();
+  const std::vector<int32_t> toks = {7, 8, 9, 10};
+  KvCache c1(c, 1, 64), c2(c, 1, 64), c3(c, 1, 64);
+  const auto causal = RunAll(c1, 0, toks, 0);
+  Batch b;
+  for (int i = 0; i < 4; ++i) b.Add(toks[i], i, 0, true);
+  b.mask.assign(16, 0);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j <= i; ++j) b.mask[i * 4 + j] = 1;
+  auto o = model_->Forward(b, c2, pool_);
+  ASSERT_TRUE(o.ok());
+  for (size_t i = 0; i < causal.size(); ++i) ASSERT_FLOAT_EQ(o->logits[i], causal[i]);
+  std::fill(b.mask.begin(), b.mask.end(), 1);
+  auto bi = model_->Forward(b, c3, pool_);
+  ASSERT_TRUE(bi.ok());
+  EXPECT_NE(bi->logits[0], causal[0]);  // row 0 now sees the rows after it
+}
+
+TEST_F(TinyQwen3, ForkedSequenceContinuesIdentically) {
+  const ModelConfig& c = model_->config();
+  KvCache cache(c, 2, 64);
+  RunAll(cache, 0, {1, 2, 3}, 0);
+  ASSERT_TRUE(cache.Copy(0, 1).ok());
+  const auto a = RunAll(cache, 0, {9}, 3);
+  const auto b = RunAll(cache, 1, {9}, 3);
+  EXPECT_EQ(a, b);
+}
+
+TEST_F(TinyQwen3, TapsReturnResidualStreams) {
+  const ModelConfig& c = model_->config();
+  KvCache cache(c, 1, 64);
+  Batch b;
+  b.Add(17, 0, 0, false);
+  b.Add(18, 1, 0, true);
+  ForwardOptions opt;
+  opt.tap_layers = {0, 1, c.n_layer};
+  auto o = model_->Forward(b, cache, pool_, opt);
+  ASSERT_TRUE(o.ok());
+  ASSERT_EQ(o->taps.size(), 3u);
+  ASSERT_EQ(o->taps[0].size(), 2u * c.n_embd);
+  std::vector<float> embd(c.n_embd);
+  const auto& e = model_->weights().tok_embd;
+  ops::DequantizeRow(e.type, static_cast<const uint8_t*>(e.data) + RowBytes(e.type, e.cols) * 18, embd.data(), c.n_embd);
+  for (int i = 0; i < c.n_embd; ++i) ASSERT_EQ(o->taps[0][c.n_embd + i], embd[i]);
+  EXPECT_NE(o->taps[1], o->taps[0]);
+}
+
+TEST_F(TinyQwen3, ContextFullIsAClearErrorAndLeavesCacheIntact) {
+  const ModelConfig& c = model_->config();
+  KvCache cache(c, 1, 4);
+  RunAll(cache, 0, {1, 2, 3}, 0);
+  Batch b;
+  b.Add(4, 3, 0, true);
+  b.Add(5, 4, 0, true);
+  auto o = model_->Forward(b, cache, pool_);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(o.status().message().find("context full"), std::string::npos);
+  EXPECT_EQ(cache.Length(0), 3);
+  Batch bad;
+  bad.Add(c.n_vocab, 3, 0, true);
+  EXPECT_EQ(model_->Forward(bad, cache, pool_).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ModelLoad, UnknownArchitectureAndMissingTensorAreClearErrors) {
+  const std::string path = std::string(::testing::TempDir()) + "dspark_bad_arch.gguf";
+  {
+    gguf::Writer w;
+    w.SetString("general.architecture", "gpt-j");
+    ASSERT_TRUE(w.WriteFile(path).ok());
+  }
+  auto m = Model::Load(path);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("unknown architecture 'gpt-j'"), std::string::npos) << m.status().message();
+
+  // A good tiny model with one tensor dropped.
+  const std::string good = WriteTiny(TinySpec("qwen3", DType::kF32), "dropme");
+  auto f = gguf::File::Open(good);
+  ASSERT_TRUE(f.ok());
+  gguf::Writer w;
+  w.CopyMetadataFrom(**f);
+  for (const auto& t : (*f)->tensors()) {
+    if (t.name == "blk.1.attn_k_norm.weight") continue;
+    std::vector<int64_t> ne = t.ne;
+    ASSERT_TRUE(w.AddTensor(t.name, t.type, ne, std::vector<uint8_t>(t.data, t.data + t.nbytes)).ok());
+  }
+  const std::string dropped = std::string(::testing::TempDir()) + "dspark_dropped.gguf";
+  ASSERT_TRUE(w.WriteFile(dropped).ok());
+  m = Model::Load(dropped);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("blk.1.attn_k_norm.weight"), std::string::npos) << m.status().message();
+}
+
+TEST(ModelLoad, WrongShapeNamesTensorAndExpectation) {
+  SynthSpec spec = TinySpec("llama", DType::kF32);
+  const std::string good = WriteTiny(spec, "shape");
+  auto f = gguf::File::Open(good);
+  ASSERT_TRUE(f.ok());
+  gguf::Writer w;
+  w.CopyMetadataFrom(**f);
+  w.SetU32("llama.feed_forward_length", spec.n_ff * 2);  // now every FFN tensor is the wrong shape
+  for (const auto& t : (*f)->tensors())
+    ASSERT_TRUE(w.AddTensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes)).ok());
+  const std::string bad = std::string(::testing::TempDir()) + "dspark_badshape.gguf";
+  ASSERT_TRUE(w.WriteFile(bad).ok());
+  auto m = Model::Load(bad);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("blk.0.ffn_gate.weight"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("expected [64, 256]"), std::string::npos) << m.status().message();
+}
+
+}  // namespace
+}  // namespace dspark

@@ -1,0 +1,194 @@
+#include "model/synth.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "kernels/ops.h"
+#include "model/arch/arch.h"
+#include "sampling/sampling.h"
+
+namespace dspark {
+
+std::optional<SynthSpec> SynthShape(const std::string& name) {
+  SynthSpec s;
+  s.matrix_type = DType::kQ8_0;
+  s.weight_gain = 1.0f;
+  if (name == "qwen3-0.6b") {
+    s.arch = "qwen3"; s.n_vocab = 151936; s.n_embd = 1024; s.n_layer = 28; s.n_head = 16; s.n_head_kv = 8;
+    s.head_dim = 128; s.n_ff = 3072; s.n_ctx = 40960; s.rope_base = 1000000.0f; s.tied_embeddings = true;
+  } else if (name == "qwen3-1.7b") {
+    s.arch = "qwen3"; s.n_vocab = 151936; s.n_embd = 2048; s.n_layer = 28; s.n_head = 16; s.n_head_kv = 8;
+    s.head_dim = 128; s.n_ff = 6144; s.n_ctx = 40960; s.rope_base = 1000000.0f; s.tied_embeddings = true;
+  } else if (name == "llama-3.2-1b") {
+    s.arch = "llama"; s.n_vocab = 128256; s.n_embd = 2048; s.n_layer = 16; s.n_head = 32; s.n_head_kv = 8;
+    s.head_dim = 64; s.n_ff = 8192; s.n_ctx = 131072; s.rope_base = 500000.0f; s.tied_embeddings = true;
+    s.llama3_rope_freqs = true; s.rms_eps = 1e-5f;
+  } else {
+    return std::nullopt;
+  }
+  return s;
+}
+
+std::vector<std::string> SynthShapeNames() { return {"qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b"}; }
+
+namespace {
+
+// Deterministic normal samples (Box-Muller over xoshiro).
+class Normal {
+ public:
+  explicit Normal(uint64_t seed) : rng_(seed) {}
+  float Next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    double u1 = rng_.Uniform(), u2 = rng_.Uniform();
+    if (u1 < 1e-300) u1 = 1e-300;
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = static_cast<float>(r * std::sin(2 * M_PI * u2));
+    has_spare_ = true;
+    return static_cast<float>(r * std::cos(2 * M_PI * u2));
+  }
+
+ private:
+  Rng rng_;
+  float spare_ = 0;
+  bool has_spare_ = false;
+};
+
+uint64_t NameSeed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  return h;
+}
+
+void AddToyVocab(gguf::Writer& w, int n_vocab) {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256 && static_cast<int>(tokens.size()) < n_vocab; ++b) {
+    tokens.push_back(fmt::format("<0x{:02X}>", b));
+    types.push_back(6);
+  }
+  while (static_cast<int>(tokens.size()) < n_vocab) {
+    tokens.push_back(fmt::format("\xe2\x96\x81t{}", tokens.size()));
+    types.push_back(1);
+  }
+  std::vector<float> scores(tokens.size());
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = -static_cast<float>(i);
+  w.SetString("tokenizer.ggml.model", "llama");
+  w.Set("tokenizer.ggml.tokens", gguf::Value::StringArray(tokens));
+  w.Set("tokenizer.ggml.scores", gguf::Value::F32Array(scores));
+  w.Set("tokenizer.ggml.token_type", gguf::Value::I32Array(types));
+  w.SetU32("tokenizer.ggml.unknown_token_id", 0);
+  w.SetU32("tokenizer.ggml.bos_token_id", 1);
+  w.SetU32("tokenizer.ggml.eos_token_id", 2);
+}
+
+}  // namespace
+
+Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const std::string& path,
+                       const std::function<void(uint64_t, uint64_t)>& progress) {
+  SynthSpec spec = spec_in;
+  if (vocab != nullptr) {
+    DSPARK_ASSIGN_OR_RETURN(std::vector<std::string> toks, vocab->GetStringArray("tokenizer.ggml.tokens"));
+    spec.n_vocab = static_cast<int>(toks.size());
+  }
+  if (!ops::CanQuantize(spec.matrix_type))
+    return InvalidArgument("synth: cannot write weights of type {}", DTypeName(spec.matrix_type));
+  const int64_t block = Info(spec.matrix_type).block_size;
+  if (spec.n_embd % block || spec.n_ff % block || (spec.n_head * spec.head_dim) % block)
+    return InvalidArgument("synth: n_embd {}, n_ff {} and n_head*head_dim must be multiples of the {} block size {}",
+                           spec.n_embd, spec.n_ff, DTypeName(spec.matrix_type), block);
+
+  const ArchDescriptor* arch = FindArch(spec.arch);
+  if (arch == nullptr) return InvalidArgument("synth: unknown architecture '{}'", spec.arch);
+  gguf::Writer w;
+  const std::string a = spec.arch;
+  w.SetString("general.architecture", a);
+  w.SetString("general.name", fmt::format("dspark-synth-{}", a));
+  w.SetU32(a + ".context_length", spec.n_ctx);
+  w.SetU32(a + ".embedding_length", spec.n_embd);
+  w.SetU32(a + ".block_count", spec.n_layer);
+  w.SetU32(a + ".feed_forward_length", spec.n_ff);
+  w.SetU32(a + ".attention.head_count", spec.n_head);
+  w.SetU32(a + ".attention.head_count_kv", spec.n_head_kv);
+  w.SetU32(a + ".attention.key_length", spec.head_dim);
+  w.SetU32(a + ".attention.value_length", spec.head_dim);
+  w.SetF32(a + ".attention.layer_norm_rms_epsilon", spec.rms_eps);
+  w.SetF32(a + ".rope.freq_base", spec.rope_base);
+  if (spec.rope_scaling != "none") {
+    w.SetString(a + ".rope.scaling.type", spec.rope_scaling);
+    w.SetF32(a + ".rope.scaling.factor", spec.rope_scaling_factor);
+    w.SetU32(a + ".rope.scaling.original_context_length", spec.n_ctx / 4);
+  }
+  if (vocab != nullptr) {
+    w.CopyMetadataFrom(*vocab, "tokenizer.");
+  } else {
+    AddToyVocab(w, spec.n_vocab);
+  }
+
+  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float gain) -> Status {
+    const DType type = spec.matrix_type;
+    const uint64_t seed = NameSeed(spec.seed, name);
+    return w.AddTensorLazy(name, type, {cols, rows}, [=](uint8_t* dst) {
+      Normal normal(seed);
+      std::vector<float> row(cols);
+      const float stdev = gain / std::sqrt(static_cast<float>(cols));
+      const size_t row_bytes = RowBytes(type, cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (float& v : row) v = normal.Next() * stdev;
+        ops::QuantizeRow(type, row.data(), dst + r * row_bytes, cols);
+      }
+    });
+  };
+  auto vec = [&](const std::string& name, int64_t n, float center, float spread) -> Status {
+    std::vector<uint8_t> bytes(n * 4);
+    Normal normal(NameSeed(spec.seed, name));
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = center + spread * normal.Next();
+      std::memcpy(bytes.data() + i * 4, &v, 4);
+    }
+    return w.AddTensor(name, DType::kF32, {n}, std::move(bytes));
+  };
+
+  const float g = spec.weight_gain;
+  const int q_dim = spec.n_head * spec.head_dim, kv_dim = spec.n_head_kv * spec.head_dim;
+  // Embeddings with unit-scale rows so the first RMSNorm sees ordinary magnitudes.
+  DSPARK_TRY(matrix("token_embd.weight", spec.n_embd, spec.n_vocab, std::sqrt(static_cast<float>(spec.n_embd))));
+  DSPARK_TRY(vec("output_norm.weight", spec.n_embd, 1.0f, 0.1f));
+  if (!spec.tied_embeddings) DSPARK_TRY(matrix("output.weight", spec.n_embd, spec.n_vocab, g));
+  if (spec.llama3_rope_freqs) {
+    std::vector<uint8_t> bytes(spec.head_dim / 2 * 4);
+    for (int i = 0; i < spec.head_dim / 2; ++i) {
+      const float f = i < spec.head_dim / 4 ? 1.0f : 1.0f + (i - spec.head_dim / 4) * 0.5f;
+      std::memcpy(bytes.data() + i * 4, &f, 4);
+    }
+    DSPARK_TRY(w.AddTensor("rope_freqs.weight", DType::kF32, {spec.head_dim / 2}, std::move(bytes)));
+  }
+  for (int il = 0; il < spec.n_layer; ++il) {
+    auto n = [il](const char* part) { return fmt::format("blk.{}.{}", il, part); };
+    DSPARK_TRY(vec(n("attn_norm.weight"), spec.n_embd, 1.0f, 0.1f));
+    DSPARK_TRY(matrix(n("attn_q.weight"), spec.n_embd, q_dim, g));
+    DSPARK_TRY(matrix(n("attn_k.weight"), spec.n_embd, kv_dim, g));
+    DSPARK_TRY(matrix(n("attn_v.weight"), spec.n_embd, kv_dim, g));
+    DSPARK_TRY(matrix(n("attn_output.weight"), q_dim, spec.n_embd, g));
+    if (arch->traits.qkv_bias) {
+      DSPARK_TRY(vec(n("attn_q.bias"), q_dim, 0.0f, 0.1f));
+      DSPARK_TRY(vec(n("attn_k.bias"), kv_dim, 0.0f, 0.1f));
+      DSPARK_TRY(vec(n("attn_v.bias"), kv_dim, 0.0f, 0.1f));
+    }
+    if (arch->traits.qk_norm) {
+      DSPARK_TRY(vec(n("attn_q_norm.weight"), spec.head_dim, 1.0f, 0.1f));
+      DSPARK_TRY(vec(n("attn_k_norm.weight"), spec.head_dim, 1.0f, 0.1f));
+    }
+    DSPARK_TRY(vec(n("ffn_norm.weight"), spec.n_embd, 1.0f, 0.1f));
+    DSPARK_TRY(matrix(n("ffn_gate.weight"), spec.n_embd, spec.n_ff, g));
+    DSPARK_TRY(matrix(n("ffn_up.weight"), spec.n_embd, spec.n_ff, g));
+    DSPARK_TRY(matrix(n("ffn_down.weight"), spec.n_ff, spec.n_embd, g));
+  }
+  return w.WriteFile(path, progress);
+}
+
+}  // namespace dspark
