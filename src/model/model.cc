@@ -127,7 +127,9 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     }
   }
 
-  thread_local Scratch s;
+  // Per calling thread (a reference, so worker threads in the lambdas below see the caller's).
+  thread_local Scratch tls_scratch;
+  Scratch& s = tls_scratch;
   s.Resize(c, n);
   const int64_t d = c.n_embd;
   const int half_rot = c.rope.n_rot / 2;

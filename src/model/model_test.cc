@@ -176,6 +176,9 @@ double Tolerance(DType type) {
   switch (type) {
     case DType::kF32: return 1e-4;
     case DType::kF16: case DType::kBF16: return 2e-3;
+    // 8-bit activations meet 4-bit weights whose large block scales amplify the rounding; a
+    // layout bug shows up as errors near 1, not 0.05.
+    case DType::kQ4_0: case DType::kQ4_1: return 8e-2;
     default: return 4e-2;
   }
 }
@@ -184,6 +187,8 @@ struct Case {
   std::string arch;
   DType type;
 };
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.arch << "/" << DTypeName(c.type); }
 
 class ArchTest : public ::testing::TestWithParam<Case> {};
 
@@ -211,7 +216,7 @@ TEST_P(ArchTest, ForwardMatchesDoubleReference) {
   ASSERT_TRUE(out.ok()) << out.status().message();
   ASSERT_EQ(out->logit_rows.size(), 10u);
   for (int t = 0; t < 10; ++t)
-    EXPECT_LT(RelErr(out->Logits(t, c.n_vocab), want[t]), Tolerance(p.type)) << "position " << t;
+    EXPECT_LT(RelErr(out->Logits(t, c.n_vocab), want[t]), Tolerance(p.type)) << "position " << t << " argmax ref " << std::max_element(want[t].begin(), want[t].end()) - want[t].begin();
 
   // One token at a time through the KV cache gives the same logits.
   KvCache cache2(c, 1, 64);

@@ -1,0 +1,69 @@
+// The one interface every drafter implements. A drafter proposes tokens; it never verifies,
+// samples from the target, counts statistics or times itself (the engine does all of that).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sampling/sampling.h"
+#include "util/status.h"
+
+namespace dspark {
+
+// What a drafter needs from the engine, read once at start-up.
+struct DrafterNeeds {
+  // Target layers whose input residual stream the drafter reads for every committed row.
+  std::vector<int> target_tap_layers;
+  int max_draft = 16;  // the longest block it can propose in one step
+};
+
+struct DraftParams {
+  int budget = 8;                 // propose at most this many tokens
+  SamplingParams sampling;        // the target's sampling; drafts are sampled from the same transforms
+  float p_min = 0.0f;             // stop before the first token whose draft probability is below
+};
+
+struct Draft {
+  std::vector<int32_t> tokens;
+  // Per token, the dense draft distribution q it was sampled from (after the same temperature /
+  // top-k / top-p / min-p transforms as the target). Empty: the draft is deterministic (q is
+  // one-hot on the token), as for n-gram lookup or greedy drafting.
+  std::vector<std::vector<float>> q;
+  // Per slot, the drafter's estimate that the prefix up to and including this token survives
+  // verification (confidence head or cumulative draft probability); empty if it has none.
+  std::vector<float> survival;
+  int forward_passes = 0;  // drafter model passes spent on this draft (statistics)
+};
+
+// A view of target hidden states for rows the target just committed: taps[t] points at
+// [n_rows, n_embd] floats for target_tap_layers[t].
+struct TapRows {
+  int pos0 = 0;  // position of the first row
+  int n_rows = 0;
+  int n_embd = 0;
+  std::vector<const float*> taps;
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+
+  // Stable lowercase id: "ngram", "draft-model", "synthetic", "dspark".
+  virtual std::string_view Name() const = 0;
+  virtual DrafterNeeds Needs() const { return {}; }
+
+  // A new request starts on sequence slot `seq` (resets per-sequence state).
+  virtual Status Begin(int seq) = 0;
+  // Target hidden states of rows committed for `seq` (only called when Needs() asks for taps).
+  virtual Status ObserveTaps(int seq, const TapRows& rows) { return Status::Ok(); }
+  // Proposes up to params.budget tokens continuing `context`: every token of the sequence so far
+  // (prompt and generated), whose last token the target has not processed yet. An empty draft
+  // is a normal answer. Rollback is implicit: the next call's context says what survived.
+  virtual Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) = 0;
+  // The request on `seq` ended.
+  virtual void End(int seq) {}
+};
+
+}  // namespace dspark

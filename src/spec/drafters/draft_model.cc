@@ -1,0 +1,103 @@
+#include "spec/drafters/draft_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "spec/engine.h"
+
+namespace dspark {
+
+namespace {
+// Vocabularies are padded to multiples of 64/128 for tensor shapes; more than this is not padding.
+constexpr int kMaxVocabPadding = 128;
+}  // namespace
+
+Status CheckVocabCompatible(const Tokenizer& draft, const Tokenizer& target) {
+  const auto& a = draft.tokens();
+  const auto& b = target.tokens();
+  const size_t common = std::min(a.size(), b.size());
+  for (size_t i = 0; i < common; ++i) {
+    if (a[i] != b[i])
+      return InvalidArgument("spec: draft vocab differs from target at id {} ('{}' vs '{}'); use a draft trained for this target",
+                             i, a[i], b[i]);
+  }
+  const size_t extra = std::max(a.size(), b.size()) - common;
+  if (extra > static_cast<size_t>(kMaxVocabPadding))
+    return InvalidArgument("spec: draft vocab has {} tokens, target {}; they differ from id {} on by more than {} padding tokens",
+                           a.size(), b.size(), common, kMaxVocabPadding);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<DraftModelDrafter>> DraftModelDrafter::Create(std::unique_ptr<Model> draft,
+                                                                     const Tokenizer& draft_vocab,
+                                                                     const Tokenizer& target_vocab, ThreadPool& pool,
+                                                                     int n_ctx, int max_draft) {
+  DSPARK_TRY(CheckVocabCompatible(draft_vocab, target_vocab));
+  return std::unique_ptr<DraftModelDrafter>(new DraftModelDrafter(std::move(draft), pool, n_ctx, max_draft));
+}
+
+DraftModelDrafter::DraftModelDrafter(std::unique_ptr<Model> draft, ThreadPool& pool, int n_ctx, int max_draft)
+    : model_(std::move(draft)), pool_(pool), cache_(model_->config(), 1, n_ctx), max_draft_(max_draft) {}
+
+Status DraftModelDrafter::Begin(int seq) {
+  // Keep the cache: the next context likely shares a prefix (same system prompt); Propose trims it.
+  return Status::Ok();
+}
+
+Result<Draft> DraftModelDrafter::Propose(int seq, std::span<const int32_t> context, const DraftParams& params,
+                                         Rng& rng) {
+  Draft d;
+  const int n_vocab = model_->config().n_vocab;
+  const int n_ctx_tokens = static_cast<int>(context.size());
+  const int budget = std::min({params.budget, max_draft_, cache_.n_ctx() - n_ctx_tokens});
+  if (budget <= 0) return d;
+
+  // Reuse the longest common prefix, but recompute at least the last context token for logits.
+  size_t keep = 0;
+  while (keep < cached_.size() && keep < context.size() && cached_[keep] == context[keep]) ++keep;
+  keep = std::min(keep, context.size() - 1);
+  DSPARK_TRY(cache_.Truncate(0, static_cast<int>(keep)));
+  cached_.resize(keep);
+
+  const std::vector<int32_t> fresh(context.begin() + keep, context.end());
+  DSPARK_ASSIGN_OR_RETURN(std::vector<float> logits,
+                          Prefill(*model_, cache_, pool_, 0, fresh, static_cast<int>(keep), 512));
+  d.forward_passes += static_cast<int>((fresh.size() + 511) / 512);
+  cached_.insert(cached_.end(), fresh.begin(), fresh.end());
+
+  std::vector<float> q;
+  double survival = 1.0;
+  // Confidence uses the draft's untempered distribution, as llama.cpp's p_min does.
+  SamplingParams conf_params;
+  conf_params.temperature = 1.0f;
+  for (int i = 0; i < budget; ++i) {
+    int32_t tok;
+    float prob;
+    if (params.sampling.greedy()) {
+      tok = Argmax(logits.data(), n_vocab);
+      float mx = logits[tok];
+      double z = 0;
+      for (int v = 0; v < n_vocab; ++v) z += std::exp(logits[v] - mx);
+      prob = static_cast<float>(1.0 / z);
+    } else {
+      ComputeProbs(logits.data(), n_vocab, params.sampling, &q);
+      tok = SampleFromWeights(q, rng);
+      prob = q[tok];
+    }
+    if (params.p_min > 0 && prob < params.p_min) break;
+    d.tokens.push_back(tok);
+    if (!params.sampling.greedy()) d.q.push_back(q);
+    survival *= prob;
+    d.survival.push_back(static_cast<float>(survival));
+    if (i + 1 == budget) break;
+    Batch b;
+    b.Add(tok, n_ctx_tokens + i, 0, true);
+    DSPARK_ASSIGN_OR_RETURN(ForwardOutput out, model_->Forward(b, cache_, pool_));
+    ++d.forward_passes;
+    cached_.push_back(tok);
+    logits = std::move(out.logits);
+  }
+  return d;
+}
+
+}  // namespace dspark

@@ -1,0 +1,40 @@
+// A second, smaller GGUF model drafting autoregressively with its own KV cache. Its cache keeps
+// the longest prefix it shares with the context, so accepted tokens are never recomputed and
+// rejected ones are rolled back by truncation. At temperature > 0 each token is sampled from the
+// draft's distribution q (after the target's transforms) so rejection sampling keeps the most.
+#pragma once
+
+#include <memory>
+
+#include "model/model.h"
+#include "spec/drafter.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dspark {
+
+class DraftModelDrafter final : public Drafter {
+ public:
+  // Refuses a draft whose vocabulary differs from the target's (see CheckVocabCompatible).
+  static Result<std::unique_ptr<DraftModelDrafter>> Create(std::unique_ptr<Model> draft, const Tokenizer& draft_vocab,
+                                                           const Tokenizer& target_vocab, ThreadPool& pool, int n_ctx,
+                                                           int max_draft = 16);
+  std::string_view Name() const override { return "draft-model"; }
+  DrafterNeeds Needs() const override { return {{}, max_draft_}; }
+  Status Begin(int seq) override;
+  Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override;
+
+ private:
+  DraftModelDrafter(std::unique_ptr<Model> draft, ThreadPool& pool, int n_ctx, int max_draft);
+
+  std::unique_ptr<Model> model_;
+  ThreadPool& pool_;
+  KvCache cache_;
+  std::vector<int32_t> cached_;  // tokens whose K/V the draft cache holds, in order
+  int max_draft_;
+};
+
+// Draft and target vocabularies must have identical token texts, or differ only by padding
+// tokens appended at the end of one of them (at most 128). Errors name the first differing id.
+Status CheckVocabCompatible(const Tokenizer& draft, const Tokenizer& target);
+
+}  // namespace dspark

@@ -1,0 +1,89 @@
+#include "spec/stats.h"
+
+#include <nlohmann/json.hpp>
+
+namespace dspark {
+
+namespace {
+template <typename T>
+void GrowTo(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n, T{});
+}
+}  // namespace
+
+void SpecStats::RecordStep(int drafted, int accepted, const std::vector<float>& survival) {
+  ++num_steps;
+  if (drafted == 0) return;
+  ++num_drafts;
+  num_draft_tokens += drafted;
+  num_accepted_tokens += accepted;
+  GrowTo(accepted_per_pos, drafted);
+  GrowTo(drafted_per_pos, drafted);
+  GrowTo(predicted_survival_sum, drafted);
+  for (int i = 0; i < drafted; ++i) {
+    ++drafted_per_pos[i];
+    if (i < accepted) ++accepted_per_pos[i];
+    if (i < static_cast<int>(survival.size())) predicted_survival_sum[i] += survival[i];
+  }
+}
+
+void SpecStats::Merge(const SpecStats& o) {
+  prompt_tokens += o.prompt_tokens;
+  generated_tokens += o.generated_tokens;
+  num_steps += o.num_steps;
+  num_drafts += o.num_drafts;
+  num_draft_tokens += o.num_draft_tokens;
+  num_accepted_tokens += o.num_accepted_tokens;
+  GrowTo(accepted_per_pos, o.accepted_per_pos.size());
+  GrowTo(drafted_per_pos, o.drafted_per_pos.size());
+  GrowTo(predicted_survival_sum, o.predicted_survival_sum.size());
+  for (size_t i = 0; i < o.accepted_per_pos.size(); ++i) accepted_per_pos[i] += o.accepted_per_pos[i];
+  for (size_t i = 0; i < o.drafted_per_pos.size(); ++i) drafted_per_pos[i] += o.drafted_per_pos[i];
+  for (size_t i = 0; i < o.predicted_survival_sum.size(); ++i) predicted_survival_sum[i] += o.predicted_survival_sum[i];
+  num_target_calls += o.num_target_calls;
+  num_draft_calls += o.num_draft_calls;
+  num_fallbacks += o.num_fallbacks;
+  prompt_ms += o.prompt_ms;
+  draft_ms += o.draft_ms;
+  verify_ms += o.verify_ms;
+  sample_ms += o.sample_ms;
+  other_ms += o.other_ms;
+  decode_ms += o.decode_ms;
+}
+
+std::vector<double> SpecStats::acceptance_per_position() const {
+  std::vector<double> out(accepted_per_pos.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = num_drafts ? double(accepted_per_pos[i]) / num_drafts : 0;
+  return out;
+}
+
+nlohmann::json SpecStats::ToJson() const {
+  nlohmann::json j;
+  j["prompt_tokens"] = prompt_tokens;
+  j["generated_tokens"] = generated_tokens;
+  j["steps"] = num_steps;
+  j["drafts"] = num_drafts;
+  j["drafted"] = num_draft_tokens;
+  j["accepted"] = num_accepted_tokens;
+  j["acceptance_rate"] = acceptance_rate();
+  j["tau"] = tau();
+  j["accepted_per_position"] = accepted_per_pos;
+  j["acceptance_per_position"] = acceptance_per_position();
+  std::vector<double> predicted(predicted_survival_sum.size()), realised(drafted_per_pos.size());
+  for (size_t i = 0; i < predicted.size() && i < drafted_per_pos.size(); ++i) {
+    predicted[i] = drafted_per_pos[i] ? predicted_survival_sum[i] / drafted_per_pos[i] : 0;
+    realised[i] = drafted_per_pos[i] ? double(accepted_per_pos[i]) / drafted_per_pos[i] : 0;
+  }
+  j["predicted_survival_per_position"] = predicted;
+  j["realised_survival_per_position"] = realised;
+  j["target_calls"] = num_target_calls;
+  j["draft_calls"] = num_draft_calls;
+  j["fallbacks"] = num_fallbacks;
+  j["time_ms"] = {{"prompt", prompt_ms}, {"draft", draft_ms}, {"verify", verify_ms},
+                  {"sample", sample_ms}, {"other", other_ms}, {"decode", decode_ms}};
+  j["prompt_tokens_per_second"] = prompt_tokens_per_second();
+  j["tokens_per_second"] = tokens_per_second();
+  return j;
+}
+
+}  // namespace dspark

@@ -1,0 +1,31 @@
+// Exact verification of a draft against the target's logits. Greedy: accept while the draft token
+// is the target's argmax, then emit the argmax. Sampling: standard speculative sampling (Leviathan
+// et al. 2023, Chen et al. 2023) — accept x with probability min(1, p(x)/q(x)), on rejection draw
+// from norm(max(0, p - q)), and draw a bonus token from p when the whole draft survives — so the
+// output is distributed exactly as the target sampling alone. Knows no drafter.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sampling/sampling.h"
+#include "spec/drafter.h"
+
+namespace dspark {
+
+struct VerifyResult {
+  int num_accepted = 0;
+  std::vector<int32_t> tokens;  // the accepted draft tokens, then one token from the target
+};
+
+// `logits` holds k + 1 rows of n_vocab: row i is the target's distribution for the token after the
+// anchor and the first i draft tokens. Only the first k tokens of `draft` are verified.
+VerifyResult Verify(const Draft& draft, int k, const float* logits, int n_vocab, const SamplingParams& params,
+                    Rng& rng);
+
+// One step of the rejection rule on explicit distributions (exposed for tests): returns -1 if
+// draft token x is accepted, else the replacement token drawn from norm(max(0, p - q)).
+// q == nullptr means a deterministic draft (q one-hot on x).
+int32_t AcceptOrResample(const std::vector<float>& p, const std::vector<float>* q, int32_t x, Rng& rng);
+
+}  // namespace dspark
