@@ -6,12 +6,15 @@
 #include <iterator>
 #include <sstream>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "tokenizer/tokenizer.h"
 
 namespace dspark {
 namespace {
 
-const std::string kVocabDir = std::string(DSPARK_SOURCE_DIR) + "/tests/data/vocab/";
+const std::string kVocabDir = fmt::format("{}/tests/data/vocab/", DSPARK_SOURCE_DIR);
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -52,16 +55,14 @@ std::vector<Case> ReadCases(const std::string& name, std::string* error) {
     cases.push_back(std::move(c));
   }
   if (cases.size() != inputs.size() || cases.empty()) {
-    *error = "input and output files have different numbers of tests (" +
-             std::to_string(inputs.size()) + " vs " + std::to_string(cases.size()) + ")";
+    *error = fmt::format("input and output files have different numbers of tests ({} vs {})",
+                         inputs.size(), cases.size());
   }
   return cases;
 }
 
 std::string IdsToString(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
-  return s;
+  return fmt::format("{}", fmt::join(ids, " "));
 }
 
 class VocabConformance : public ::testing::TestWithParam<std::string> {};
@@ -86,8 +87,8 @@ TEST_P(VocabConformance, ReproducesEveryLine) {
     if (got == c.ids) {
       ++passed;
     } else if (first_failure.empty()) {
-      first_failure = "text '" + c.text + "'\n  expected: " + IdsToString(c.ids) +
-                      "\n  got:      " + IdsToString(got);
+      first_failure = fmt::format("text '{}'\n  expected: {}\n  got:      {}", c.text,
+                                  IdsToString(c.ids), IdsToString(got));
     }
   }
   std::cout << "[ conformance ] " << name << ": " << passed << "/" << cases.size()
@@ -102,8 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
                       "ggml-vocab-gpt-2.gguf", "ggml-vocab-deepseek-llm.gguf",
                       "ggml-vocab-deepseek-coder.gguf"),
     [](const ::testing::TestParamInfo<std::string>& info) {
-      std::string n = info.param.substr(std::string("ggml-vocab-").size());
-      n = n.substr(0, n.size() - std::string(".gguf").size());
+      std::string n = info.param.substr(11, info.param.size() - 11 - 5);  // ggml-vocab-*.gguf
       for (char& ch : n) {
         if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
       }

@@ -184,6 +184,7 @@ TEST(Tokenizer, EndOfGenerationIds) {
   EXPECT_TRUE(qwen.IsEog(*qwen.FindToken("<|im_end|>")));
   EXPECT_TRUE(qwen.IsEog(*qwen.FindToken("<|endoftext|>")));
   EXPECT_FALSE(qwen.IsEog(*qwen.FindToken("<|im_start|>")));
+  EXPECT_EQ(qwen.eot_id(), qwen.FindToken("<|im_end|>"));
 
   const Tokenizer& spm = Vocab("llama-spm");
   EXPECT_TRUE(spm.IsEog(2));
@@ -275,6 +276,28 @@ TEST(PreTokenizer, SplitsLikeTheRegex) {
   std::vector<std::string> pieces;
   for (const auto& [b, e] : (*pre)->Split(text)) pieces.push_back(text.substr(b, e - b));
   EXPECT_EQ(pieces, (std::vector<std::string>{"x", "1", "234", "567"}));
+}
+
+TEST(Unicode, CompleteUtf8Prefix) {
+  EXPECT_EQ(tok::CompleteUtf8Prefix(""), 0u);
+  EXPECT_EQ(tok::CompleteUtf8Prefix("abc"), 3u);
+  EXPECT_EQ(tok::CompleteUtf8Prefix("a\xf0\x9f\xa6"), 1u);      // 🦙 missing its last byte
+  EXPECT_EQ(tok::CompleteUtf8Prefix("a\xf0\x9f\xa6\x99"), 5u);  // complete
+  EXPECT_EQ(tok::CompleteUtf8Prefix("a\xe6"), 1u);
+  EXPECT_EQ(tok::CompleteUtf8Prefix("a\x99"), 2u);  // stray continuation byte: never completes
+  EXPECT_EQ(tok::CompleteUtf8Prefix("\xe6\x88\x91\xe6\x83"), 3u);
+}
+
+TEST(Unicode, SanitizeUtf8LikeLlamaCpp) {
+  EXPECT_EQ(tok::SanitizeUtf8("ok 日本 🦙"), "ok 日本 🦙");
+  EXPECT_EQ(tok::SanitizeUtf8("a\xff\xfe"), "a\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(tok::SanitizeUtf8("\xe6\x88"), "\xef\xbf\xbd\xef\xbf\xbd");  // truncated sequence
+  EXPECT_EQ(tok::SanitizeUtf8("\xed\xa0\x80"), "\xef\xbf\xbd");          // surrogate
+  EXPECT_EQ(tok::ByteToUnicode(' '), "Ġ");
+  EXPECT_EQ(tok::ByteToUnicode('\n'), "Ċ");
+  EXPECT_EQ(tok::UnicodeToByte(0x120), ' ');
+  EXPECT_EQ(tok::UnicodeToByte('A'), 'A');
+  EXPECT_EQ(tok::UnicodeToByte(0x4e00), -1);
 }
 
 // ---- Loader errors and synthetic vocabularies ---------------------------------------------------

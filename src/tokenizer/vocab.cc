@@ -247,12 +247,15 @@ Result<Vocab> LoadVocab(const gguf::File& file) {
   }
 
   // Text-based detection of EOT, EOM and FIM tokens; each found token becomes a control token.
+  // llama.cpp takes the first match in hash-map order (unspecified); we take the first text of
+  // the list that exists, so Qwen's eot is "<|im_end|>" rather than "<|endoftext|>".
   auto detect = [&](int32_t* slot, std::initializer_list<const char*> texts) {
     if (*slot >= 0) return;
-    for (size_t i = 0; i < n; ++i) {
-      if (IsOneOf(v.tokens[i], texts)) {
-        *slot = static_cast<int32_t>(i);
-        v.attrs[i] |= kAttrControl;
+    for (const char* text : texts) {
+      const int32_t id = v.Find(text);
+      if (id >= 0) {
+        *slot = id;
+        v.attrs[id] |= kAttrControl;
         return;
       }
     }

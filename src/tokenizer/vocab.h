@@ -75,8 +75,8 @@ struct Vocab {
   int32_t ByteToken(uint8_t byte) const;
 };
 
-// Everything llama_vocab::impl::load does for the SPM and BPE types. `pre_known` says whether a
-// pre-tokenizer name is supported (the regex tables live in pretokenizer.cc).
+// Everything llama_vocab::impl::load does for the SPM and BPE types. Errors name the file and the
+// key; an unknown `tokenizer.ggml.pre` is NotFound (the names live in pretokenizer.cc).
 Result<Vocab> LoadVocab(const gguf::File& file);
 
 }  // namespace dspark::tok
