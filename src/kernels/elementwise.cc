@@ -1,0 +1,39 @@
+// Dispatch wrappers for the elementwise ops of ops.h; bodies in elementwise-inl.h.
+#include "kernels/hwy_targets.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/elementwise.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "kernels/elementwise-inl.h"
+
+#if HWY_ONCE
+#include "kernels/ops.h"
+
+namespace dspark {
+HWY_EXPORT(RmsNormImpl);
+HWY_EXPORT(SoftmaxImpl);
+HWY_EXPORT(SiluMulImpl);
+HWY_EXPORT(AddImpl);
+HWY_EXPORT(DotF32);
+HWY_EXPORT(AxpyImpl);
+HWY_EXPORT(ScaleImpl);
+
+namespace ops {
+void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* y) {
+  HWY_DYNAMIC_DISPATCH(RmsNormImpl)(x, weight, eps, n, y);
+}
+void Softmax(float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(SoftmaxImpl)(x, n); }
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(SiluMulImpl)(gate, up, n, out);
+}
+void Add(const float* x, int64_t n, float* y) { HWY_DYNAMIC_DISPATCH(AddImpl)(x, n, y); }
+float Dot(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n); }
+void Axpy(float alpha, const float* x, int64_t n, float* y) {
+  HWY_DYNAMIC_DISPATCH(AxpyImpl)(alpha, x, n, y);
+}
+void Scale(float alpha, int64_t n, float* x) { HWY_DYNAMIC_DISPATCH(ScaleImpl)(alpha, n, x); }
+}  // namespace ops
+}  // namespace dspark
+#endif  // HWY_ONCE

@@ -1,0 +1,59 @@
+// ops::MatMul and the (de)quantisation entry points: one dynamic dispatch per call to the best
+// compiled Highway target. Bodies: matmul_quant-inl.h (quantised weights), matmul_float-inl.h.
+#include "kernels/hwy_targets.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/matmul.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "kernels/matmul_float-inl.h"
+#include "kernels/matmul_quant-inl.h"
+
+#if HWY_ONCE
+#include "kernels/ops.h"
+#include "kernels/ref/quant_ref.h"
+#include "util/status.h"
+
+namespace dspark {
+HWY_EXPORT(MatMulQuantImpl);
+HWY_EXPORT(MatMulFloatImpl);
+
+namespace ops {
+
+bool MatMulSupports(DType type) {
+  switch (type) {
+    case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kQ8_0: case DType::kQ4_0:
+    case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: case DType::kQ4_K: case DType::kQ5_K:
+    case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+  DSPARK_CHECK_MSG(MatMulSupports(w.type), "MatMul: unsupported weight type");
+  DSPARK_CHECK_MSG(w.cols % Info(w.type).block_size == 0, "MatMul: cols not a block multiple");
+  if (m <= 0 || w.rows <= 0) return;
+  if (w.type == DType::kF32 || w.type == DType::kF16 || w.type == DType::kBF16) {
+    HWY_DYNAMIC_DISPATCH(MatMulFloatImpl)(w, x, m, y, pool);
+  } else {
+    HWY_DYNAMIC_DISPATCH(MatMulQuantImpl)(w, x, m, y, pool);
+  }
+}
+
+void DequantizeRow(DType type, const void* src, float* dst, int64_t n) {
+  const bool ok = ref::DequantizeRow(type, src, dst, n);
+  DSPARK_CHECK_MSG(ok, "DequantizeRow: unsupported type");
+}
+
+bool QuantizeRow(DType type, const float* src, void* dst, int64_t n) {
+  return ref::QuantizeRow(type, src, dst, n);
+}
+
+bool CanQuantize(DType type) { return ref::CanQuantize(type); }
+
+}  // namespace ops
+}  // namespace dspark
+#endif  // HWY_ONCE

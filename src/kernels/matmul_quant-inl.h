@@ -1,0 +1,309 @@
+// Per-target driver of MatMul for quantised weights: quantises the activations once per call
+// (Q8_0 or Q8_K, as ggml pairs them), lays them out for the kernel, then splits the weight rows
+// over the pool. Each task decodes its weight rows once (matmul_decode-inl.h) and applies them to
+// every activation row while the decoded bytes sit in L1.
+//   AVX3_DL: VNNI kernels (matmul_vnni-inl.h).  Other targets: a Highway int16 kernel
+//   (PromoteTo + ReorderWidenMulAccumulate) per activation row.
+#if defined(DSPARK_KERNELS_MATMUL_QUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef DSPARK_KERNELS_MATMUL_QUANT_INL_H_
+#undef DSPARK_KERNELS_MATMUL_QUANT_INL_H_
+#else
+#define DSPARK_KERNELS_MATMUL_QUANT_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "kernels/elementwise-inl.h"
+#include "kernels/matmul_decode-inl.h"
+#include "kernels/matmul_vnni-inl.h"
+#include "kernels/ops.h"
+#include "kernels/quant_blocks.h"
+#include "kernels/ref/quant_ref.h"
+#include "kernels/scratch.h"
+#include "util/thread_pool.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dspark {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Activation rows per lane tile: one int32 lane per row in a 512-bit vector.
+inline constexpr int64_t kTileRows = 16;
+// From this m on, the lane-tile kernel (cost independent of m up to 16) beats running the
+// row-dot kernel m times (measured in bench/kernels/matmul_bench.cc).
+inline constexpr int64_t kLanesMinM = 3;
+// Weight rows decoded and applied together by the lane-tile kernel.
+inline constexpr int kRowTile = 8;
+
+// Quantised activations of one MatMul call, in the layouts the kernels read.
+struct QuantActs {
+  int64_t m = 0, cols = 0, cols_pad = 0, nsub = 0;
+  int sub = 32;
+  int8_t* q = nullptr;   // [m][cols_pad] (pad = 0)
+  float* da = nullptr;   // [m][nsub] activation scale of each weight sub-block
+  float* asum = nullptr; // [m][nsub] da * Σ q over the sub-block
+  // Row-dot (natural) layout extras, VNNI only.
+  int32_t* corr = nullptr;   // [m][cols_pad / 4]
+  float* da_lane = nullptr;  // [m][cols_pad / 4]
+  // Lane tiles, VNNI only.
+  int64_t tiles = 0;
+  int8_t* tq = nullptr;       // [tiles][cols_pad / 4][16][4]
+  int32_t* tcorr = nullptr;   // [tiles][nsub][16]
+  float* tda = nullptr;       // [tiles][nsub][16]
+  float* tasum = nullptr;     // [tiles][nsub][16]
+};
+
+// Quantises row x[cols] to the canonical form (bytes + per-sub-block scale and scaled sum).
+inline void QuantizeActRow(const float* x, const QuantActs& qa, bool k_quant, int64_t j) {
+  thread_local kernels::ScratchBuffer blocks;
+  int8_t* q = qa.q + j * qa.cols_pad;
+  float* da = qa.da + j * qa.nsub;
+  float* asum = qa.asum + j * qa.nsub;
+  const int64_t cols = qa.cols;
+  if (!k_quant) {
+    auto* b = blocks.Get<BlockQ8_0>(cols / 32);
+    ref::QuantizeRowQ8_0(x, b, cols);
+    for (int64_t i = 0; i < cols / 32; ++i) {
+      const float d = HalfToFloat(b[i].d);
+      std::memcpy(q + 32 * i, b[i].qs, 32);
+      int s = 0;
+      for (int k = 0; k < 32; ++k) s += b[i].qs[k];
+      da[i] = d;
+      asum[i] = d * static_cast<float>(s);
+    }
+  } else {
+    auto* b = blocks.Get<BlockQ8_K>(cols / 256);
+    ref::QuantizeRowQ8_K(x, b, cols);
+    const int per = 256 / qa.sub;  // sub-blocks per super-block
+    for (int64_t i = 0; i < cols / 256; ++i) {
+      std::memcpy(q + 256 * i, b[i].qs, 256);
+      for (int s = 0; s < per; ++s) {
+        int sum = 0;
+        for (int k = s * qa.sub / 16; k < (s + 1) * qa.sub / 16; ++k) sum += b[i].bsums[k];
+        da[i * per + s] = b[i].d;
+        asum[i * per + s] = b[i].d * static_cast<float>(sum);
+      }
+    }
+  }
+  std::memset(q + cols, 0, qa.cols_pad - cols);
+  for (int64_t s = cols / qa.sub; s < qa.nsub; ++s) da[s] = asum[s] = 0.f;
+}
+
+inline void BuildNaturalExtras(const QuantActs& qa, int64_t j) {
+  const int8_t* q = qa.q + j * qa.cols_pad;
+  int32_t* corr = qa.corr + j * (qa.cols_pad / 4);
+  float* dl = qa.da_lane + j * (qa.cols_pad / 4);
+  const int lanes_per_sub = qa.sub / 4;
+  for (int64_t g = 0; g < qa.cols_pad / 4; ++g) {
+    corr[g] = -128 * (q[4 * g] + q[4 * g + 1] + q[4 * g + 2] + q[4 * g + 3]);
+    dl[g] = qa.da[j * qa.nsub + g / lanes_per_sub];
+  }
+}
+
+// Interleaves rows [16t, 16t+16) of the canonical form into tile t (missing rows are zeros).
+inline void BuildTile(const QuantActs& qa, int64_t t) {
+  const int64_t groups = qa.cols_pad / 4;
+  int8_t* tq = qa.tq + t * groups * 64;
+  int32_t* tc = qa.tcorr + t * qa.nsub * 16;
+  float* td = qa.tda + t * qa.nsub * 16;
+  float* ts = qa.tasum + t * qa.nsub * 16;
+  for (int64_t l = 0; l < kTileRows; ++l) {
+    const int64_t j = t * kTileRows + l;
+    if (j >= qa.m) {
+      for (int64_t g = 0; g < groups; ++g) std::memset(tq + g * 64 + 4 * l, 0, 4);
+      for (int64_t s = 0; s < qa.nsub; ++s) {
+        tc[16 * s + l] = 0;
+        td[16 * s + l] = ts[16 * s + l] = 0.f;
+      }
+      continue;
+    }
+    const int8_t* q = qa.q + j * qa.cols_pad;
+    for (int64_t g = 0; g < groups; ++g) std::memcpy(tq + g * 64 + 4 * l, q + 4 * g, 4);
+    for (int64_t s = 0; s < qa.nsub; ++s) {
+      int sum = 0;
+      for (int k = 0; k < qa.sub; ++k) sum += q[s * qa.sub + k];
+      tc[16 * s + l] = -128 * sum;
+      td[16 * s + l] = qa.da[j * qa.nsub + s];
+      ts[16 * s + l] = qa.asum[j * qa.nsub + s];
+    }
+  }
+}
+
+// Generic Highway row dot: Σ_s dsc[s]·da[s]·Σ_{i in s} q_i·a_i, in int16 x int16 -> int32.
+// CappedTag keeps one vector within a sub-block (>= 16 elements) on every target.
+inline float DotNaturalGeneric(const uint8_t* HWY_RESTRICT u, const float* HWY_RESTRICT dsc,
+                               const int8_t* HWY_RESTRICT a, const float* HWY_RESTRICT da,
+                               int64_t nsub, int sub) {
+  const hn::CappedTag<int16_t, 16> d16;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const hn::Repartition<float, decltype(d16)> df;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const hn::Rebind<int8_t, decltype(d16)> di8;
+  const int64_t N = hn::Lanes(d16);
+  const auto k128 = hn::Set(d16, 128);
+  auto facc = hn::Zero(df);
+  for (int64_t s = 0; s < nsub; ++s) {
+    auto sum0 = hn::Zero(d32), sum1 = hn::Zero(d32);
+    for (int64_t k = s * sub; k < (s + 1) * sub; k += N) {
+      const auto w = hn::Sub(hn::PromoteTo(d16, hn::LoadU(du8, u + k)), k128);
+      const auto av = hn::PromoteTo(d16, hn::LoadU(di8, a + k));
+      sum0 = hn::ReorderWidenMulAccumulate(d32, w, av, sum0, sum1);
+    }
+    const auto isum = hn::ConvertTo(df, hn::Add(sum0, sum1));
+    facc = hn::MulAdd(isum, hn::Set(df, dsc[s] * da[s]), facc);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, facc));
+}
+
+// Decode buffers of one worker thread: kRowTile rows of bytes and scales.
+struct DecodeBuffers {
+  uint8_t* u[kRowTile];
+  float* dsc[kRowTile];
+  float* msc[kRowTile];
+  float* wsc_lane;  // [cols_pad / 4], natural VNNI path
+};
+
+inline DecodeBuffers GetDecodeBuffers(int64_t cols_pad, int64_t nsub, int64_t cols, int sub) {
+  thread_local kernels::ScratchBuffer buf;
+  const size_t u_bytes = cols_pad, f_bytes = kernels::RoundUp(nsub * sizeof(float), 64);
+  const size_t per_row = u_bytes + 2 * f_bytes;
+  auto* base = static_cast<uint8_t*>(buf.Get(kRowTile * per_row + cols_pad * sizeof(float)));
+  DecodeBuffers b;
+  for (int r = 0; r < kRowTile; ++r) {
+    uint8_t* p = base + r * per_row;
+    b.u[r] = p;
+    b.dsc[r] = reinterpret_cast<float*>(p + u_bytes);
+    b.msc[r] = reinterpret_cast<float*>(p + u_bytes + f_bytes);
+    // Padding decodes as q = 0 with zero scales; decoders never write past cols.
+    std::memset(b.u[r] + cols, 128, cols_pad - cols);
+    for (int64_t s = cols / sub; s < nsub; ++s) b.dsc[r][s] = b.msc[r][s] = 0.f;
+  }
+  b.wsc_lane = reinterpret_cast<float*>(base + kRowTile * per_row);
+  return b;
+}
+
+inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m, float* y,
+                            ThreadPool& pool) {
+  const QuantTraits tt = TraitsOf(w.type);
+  const int64_t cols = w.cols, rows = w.rows;
+  const size_t row_bytes = RowBytes(w.type, cols);
+  const bool use_lanes = DSPARK_HAVE_VNNI && m >= kLanesMinM;
+  const bool use_natural_vnni = DSPARK_HAVE_VNNI && !use_lanes;
+
+  // ---- activations (caller thread's scratch; workers only read it)
+  thread_local kernels::ScratchBuffer act_buf;
+  QuantActs qa;
+  qa.m = m;
+  qa.cols = cols;
+  qa.cols_pad = kernels::RoundUp(cols, 64);
+  qa.sub = tt.sub;
+  qa.nsub = qa.cols_pad / tt.sub;
+  qa.tiles = use_lanes ? (m + kTileRows - 1) / kTileRows : 0;
+  {
+    const size_t q_bytes = kernels::RoundUp(m * qa.cols_pad, 64);
+    const size_t s_bytes = kernels::RoundUp(m * qa.nsub * sizeof(float), 64);
+    const size_t lane_bytes = use_natural_vnni ? kernels::RoundUp(m * qa.cols_pad, 64) : 0;
+    const size_t tq_bytes = qa.tiles * qa.cols_pad * 16;
+    const size_t ts_bytes = qa.tiles * qa.nsub * 16 * 4;
+    auto* p = static_cast<uint8_t*>(
+        act_buf.Get(q_bytes + 2 * s_bytes + 2 * lane_bytes + tq_bytes + 3 * ts_bytes));
+    qa.q = reinterpret_cast<int8_t*>(p);
+    p += q_bytes;
+    qa.da = reinterpret_cast<float*>(p);
+    p += s_bytes;
+    qa.asum = reinterpret_cast<float*>(p);
+    p += s_bytes;
+    qa.corr = reinterpret_cast<int32_t*>(p);
+    p += lane_bytes;
+    qa.da_lane = reinterpret_cast<float*>(p);
+    p += lane_bytes;
+    qa.tq = reinterpret_cast<int8_t*>(p);
+    p += tq_bytes;
+    qa.tcorr = reinterpret_cast<int32_t*>(p);
+    p += ts_bytes;
+    qa.tda = reinterpret_cast<float*>(p);
+    p += ts_bytes;
+    qa.tasum = reinterpret_cast<float*>(p);
+  }
+  if (use_lanes) {
+    pool.ParallelFor(qa.tiles, [&](int64_t t, int) {
+      for (int64_t j = t * kTileRows; j < std::min(m, (t + 1) * kTileRows); ++j)
+        QuantizeActRow(x + j * cols, qa, tt.k_quant, j);
+      BuildTile(qa, t);
+    });
+  } else {
+    for (int64_t j = 0; j < m; ++j) {
+      QuantizeActRow(x + j * cols, qa, tt.k_quant, j);
+      if (use_natural_vnni) BuildNaturalExtras(qa, j);
+    }
+  }
+
+  // ---- weight rows over threads, kRowTile rows per task
+  const int64_t row_tiles = (rows + kRowTile - 1) / kRowTile;
+  pool.ParallelRange(row_tiles, 1, [&](int64_t tb, int64_t te, int) {
+    DecodeBuffers db = GetDecodeBuffers(qa.cols_pad, qa.nsub, cols, tt.sub);
+    for (int64_t rt = tb; rt < te; ++rt) {
+      const int64_t r0 = rt * kRowTile;
+      const int nr = static_cast<int>(std::min<int64_t>(kRowTile, rows - r0));
+      for (int r = 0; r < nr; ++r) {
+        const void* row = static_cast<const uint8_t*>(w.data) + (r0 + r) * row_bytes;
+        tt.decode(row, cols, DecodedRow{db.u[r], db.dsc[r], db.msc[r]});
+      }
+#if DSPARK_HAVE_VNNI
+      if (use_lanes) {
+        HWY_ALIGN float out[kRowTile * kTileRows];
+        for (int64_t t = 0; t < qa.tiles; ++t) {
+          const ActTileView at{qa.tq + t * qa.cols_pad * 16, qa.tcorr + t * qa.nsub * 16,
+                               qa.tda + t * qa.nsub * 16, qa.tasum + t * qa.nsub * 16};
+          const int64_t mt = std::min(kTileRows, m - t * kTileRows);
+          int r = 0;
+          const auto run = [&](auto r_tag) {
+            constexpr int kR = decltype(r_tag)::value;
+            if (tt.sub == 16) {
+              LanesTileVnni<kR, 16, false>(db.u + r, db.dsc + r, db.msc + r, at, qa.nsub, out);
+            } else if (tt.has_min) {
+              LanesTileVnni<kR, 32, true>(db.u + r, db.dsc + r, db.msc + r, at, qa.nsub, out);
+            } else {
+              LanesTileVnni<kR, 32, false>(db.u + r, db.dsc + r, db.msc + r, at, qa.nsub, out);
+            }
+            for (int rr = 0; rr < kR; ++rr)
+              for (int64_t l = 0; l < mt; ++l)
+                y[(t * kTileRows + l) * rows + r0 + r + rr] = out[rr * kTileRows + l];
+            r += kR;
+          };
+          if (nr == kRowTile) run(std::integral_constant<int, kRowTile>());
+          while (r < nr) run(std::integral_constant<int, 1>());
+        }
+        continue;
+      }
+#endif
+      for (int r = 0; r < nr; ++r) {
+#if DSPARK_HAVE_VNNI
+        const int lanes_per_sub = tt.sub / 4;
+        for (int64_t g = 0; g < qa.cols_pad / 4; ++g) db.wsc_lane[g] = db.dsc[r][g / lanes_per_sub];
+#endif
+        for (int64_t j = 0; j < m; ++j) {
+          const int8_t* a = qa.q + j * qa.cols_pad;
+          [[maybe_unused]] const float* da = qa.da + j * qa.nsub;
+#if DSPARK_HAVE_VNNI
+          float v = DotNaturalVnni(db.u[r], db.wsc_lane, a, qa.corr + j * (qa.cols_pad / 4),
+                                   qa.da_lane + j * (qa.cols_pad / 4), qa.cols_pad);
+#else
+          float v = DotNaturalGeneric(db.u[r], db.dsc[r], a, da, qa.nsub, tt.sub);
+#endif
+          if (tt.has_min) v += DotF32(db.msc[r], qa.asum + j * qa.nsub, qa.nsub);
+          y[j * rows + r0 + r] = v;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dspark
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

@@ -1,0 +1,146 @@
+// MatMul on every weight type and every attainable Highway target against ref::MatMulRef (same
+// quantised activations, exact integer block sums), plus a loose check against the float product
+// with dequantised weights, which catches errors shared by kernel and reference.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/ops.h"
+#include "kernels/ref/matmul_ref.h"
+#include "kernels/test_util.h"
+#include "kernels/tolerance.h"
+#include "util/thread_pool.h"
+
+namespace dspark {
+namespace {
+
+struct Weights {
+  ops::WeightView view;
+  std::vector<uint8_t> bytes;
+};
+
+Weights MakeWeights(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  Weights w;
+  const size_t rb = RowBytes(t, cols);
+  w.bytes.resize(rb * rows);
+  const auto f = kernels::RandomVector(rows * cols, seed, 0.05f);
+  for (int64_t r = 0; r < rows; ++r)
+    EXPECT_TRUE(ops::QuantizeRow(t, f.data() + r * cols, w.bytes.data() + r * rb, cols));
+  w.view = {w.bytes.data(), t, rows, cols};
+  return w;
+}
+
+void ExpectMatchesRef(const ops::WeightView& w, const std::vector<float>& x, int64_t m,
+                      ThreadPool& pool, const std::string& target) {
+  std::vector<double> ref(m * w.rows), bound(m * w.rows);
+  ref::MatMulRef(w, x.data(), m, ref.data(), bound.data());
+  std::vector<float> y(m * w.rows, -12345.f);
+  ops::MatMul(w, x.data(), m, y.data(), pool);
+  const bool quant = ref::ActivationType(w.type) != DType::kF32;
+  const double tol = quant ? kernels::kMatMulQuantRelTol : kernels::kMatMulFloatRelTol;
+  int bad = 0;
+  for (int64_t i = 0; i < m * w.rows && bad < 5; ++i) {
+    if (!(std::fabs(y[i] - ref[i]) <= tol * bound[i] + 1e-30)) {
+      ++bad;
+      ADD_FAILURE() << target << " " << DTypeName(w.type) << " rows=" << w.rows
+                    << " cols=" << w.cols << " m=" << m << " at [" << i / w.rows << ", "
+                    << i % w.rows << "]: got " << y[i] << " want " << ref[i]
+                    << " (bound " << bound[i] << ")";
+    }
+  }
+}
+
+constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                               DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                               DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+class MatMulTypes : public ::testing::TestWithParam<DType> {};
+
+TEST_P(MatMulTypes, MatchesReferenceOnEveryTarget) {
+  const DType t = GetParam();
+  ThreadPool pool(2);
+  struct Shape {
+    int64_t rows, cols;
+  };
+  // Odd row counts (tile tails), cols multiples of 256 that are and are not multiples of 512.
+  for (const Shape s : {Shape{37, 256}, Shape{9, 768}, Shape{64, 1024}}) {
+    const Weights w = MakeWeights(t, s.rows, s.cols, 7 + s.rows);
+    for (int64_t m : {1, 2, 3, 7, 8, 16, 33}) {
+      const auto x = kernels::RandomVector(m * s.cols, 100 + m);
+      kernels::ForEachTarget([&](const std::string& target) {
+        ExpectMatchesRef(w.view, x, m, pool, target);
+      });
+    }
+  }
+}
+
+TEST_P(MatMulTypes, PrefillSizedBatch) {
+  const DType t = GetParam();
+  ThreadPool pool(2);
+  const Weights w = MakeWeights(t, 19, 512, 99);
+  const int64_t m = 515;  // 32 full 16-row tiles + a tail of 3
+  const auto x = kernels::RandomVector(m * 512, 5);
+  kernels::ForEachTarget([&](const std::string& target) { ExpectMatchesRef(w.view, x, m, pool, target); });
+}
+
+TEST_P(MatMulTypes, CloseToDequantisedFloatProduct) {
+  const DType t = GetParam();
+  ThreadPool pool(1);
+  const int64_t rows = 21, cols = 512, m = 5;
+  const Weights w = MakeWeights(t, rows, cols, 3);
+  const auto x = kernels::RandomVector(m * cols, 11);
+  std::vector<float> wf(cols), y(m * rows);
+  ops::MatMul(w.view, x.data(), m, y.data(), pool);
+  for (int64_t r = 0; r < rows; ++r) {
+    ops::DequantizeRow(t, w.bytes.data() + r * RowBytes(t, cols), wf.data(), cols);
+    for (int64_t j = 0; j < m; ++j) {
+      double dot = 0, mag = 0;
+      for (int64_t k = 0; k < cols; ++k) {
+        dot += static_cast<double>(wf[k]) * x[j * cols + k];
+        mag += std::fabs(static_cast<double>(wf[k]) * x[j * cols + k]);
+      }
+      // Activation quantisation to 8 bits: relative error ~ 1/127 of each term at worst.
+      EXPECT_NEAR(y[j * rows + r], dot, 0.02 * mag) << DTypeName(t) << " r=" << r << " j=" << j;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatMulTypes, ::testing::ValuesIn(kAllTypes),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+// The comparison can fail: corrupting one weight block moves the result of that row far outside
+// the tolerance the kernels are held to.
+TEST(MatMul, DetectsCorruptedWeights) {
+  ThreadPool pool(1);
+  Weights w = MakeWeights(DType::kQ4_K, 4, 256, 1);
+  const auto x = kernels::RandomVector(256, 2);
+  std::vector<double> ref(4), bound(4);
+  ref::MatMulRef(w.view, x.data(), 1, ref.data(), bound.data());
+  w.bytes[RowBytes(DType::kQ4_K, 256) + 20] ^= 0x77;  // row 1, inside qs
+  std::vector<float> y(4);
+  ops::MatMul(w.view, x.data(), 1, y.data(), pool);
+  EXPECT_LE(std::fabs(y[0] - ref[0]), kernels::kMatMulQuantRelTol * bound[0]);
+  EXPECT_GT(std::fabs(y[1] - ref[1]), 100 * kernels::kMatMulQuantRelTol * bound[1]);
+}
+
+TEST(MatMul, SupportsListedTypes) {
+  for (DType t : kAllTypes) EXPECT_TRUE(ops::MatMulSupports(t)) << DTypeName(t);
+  EXPECT_FALSE(ops::MatMulSupports(DType::kQ2_K));
+  EXPECT_FALSE(ops::MatMulSupports(DType::kQ8_K));
+}
+
+TEST(MatMul, TargetsIncludeVnniAndAvx2OnThisCpu) {
+  std::vector<std::string> names;
+  kernels::ForEachTarget([&](const std::string& n) { names.push_back(n); });
+  // Informational: print which targets the suite exercised.
+  std::string all;
+  for (auto& n : names) all += n + " ";
+  RecordProperty("targets", all);
+  std::printf("targets exercised: %s\n", all.c_str());
+  EXPECT_GE(names.size(), 1u);
+}
+
+}  // namespace
+}  // namespace dspark

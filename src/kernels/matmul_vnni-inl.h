@@ -1,0 +1,127 @@
+// AVX-512 VNNI kernels (HWY_AVX3_DL only) over decoded weight rows (matmul_decode-inl.h) and
+// quantised activations (matmul_quant-inl.h). vpdpbusd multiplies unsigned by signed bytes, so
+// weights are the unsigned operand (u = q + 128) and activations the signed one; the 128·Σa
+// excess is removed exactly in integers by starting each accumulator at -128·Σa.
+//
+// Two shapes:
+//  - DotNaturalVnni (m small): lanes run along the row, 64 elements per instruction; each lane's
+//    int32 is scaled by its sub-block's weight and activation scales and summed into a float
+//    accumulator that is reduced once per row.
+//  - LanesTileVnni (m >= kLanesMinM): lane l of every vector is activation row l of a tile of 16.
+//    A weight dword (4 bytes of one row) is broadcast and multiplied into all 16 rows at once, so a
+//    weight byte costs the same work for m = 1..16: that is what makes speculative verification
+//    nearly free. Activations are pre-interleaved per tile ([group of 4 columns][16 rows][4]).
+#if defined(DSPARK_KERNELS_MATMUL_VNNI_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef DSPARK_KERNELS_MATMUL_VNNI_INL_H_
+#undef DSPARK_KERNELS_MATMUL_VNNI_INL_H_
+#else
+#define DSPARK_KERNELS_MATMUL_VNNI_INL_H_
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+#include "hwy/highway.h"
+
+#if HWY_TARGET == HWY_AVX3_DL
+#include <immintrin.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace dspark {
+namespace HWY_NAMESPACE {
+
+#undef DSPARK_HAVE_VNNI
+#undef DSPARK_VNNI_ATTR
+#if HWY_TARGET == HWY_AVX3_DL
+#define DSPARK_HAVE_VNNI 1
+// Highway 1.0.3's AVX3_DL attribute string lacks avx512vnni; add it for these functions only.
+#define DSPARK_VNNI_ATTR \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,fma,f16c,avx2")))
+
+// Σ_i dsc[s(i)]·da[s(i)]·q_i·a_i over one row (min terms are added by the caller).
+//   u: [cols_pad] decoded weights (q + 128), 64-byte aligned
+//   wsc_lane: [cols_pad / 4] weight scale of each dword lane
+//   a: [cols_pad] activation bytes; corr: [cols_pad / 4] -128 * (sum of each dword of a)
+//   da_lane: [cols_pad / 4] activation scale of each dword lane
+DSPARK_VNNI_ATTR inline float DotNaturalVnni(const uint8_t* HWY_RESTRICT u,
+                                             const float* HWY_RESTRICT wsc_lane,
+                                             const int8_t* HWY_RESTRICT a,
+                                             const int32_t* HWY_RESTRICT corr,
+                                             const float* HWY_RESTRICT da_lane, int64_t cols_pad) {
+  __m512 f0 = _mm512_setzero_ps(), f1 = _mm512_setzero_ps();
+  int64_t k = 0;
+  // Two independent chains per iteration: dpbusd latency is 5 cycles, cvt+mul+fma another 12.
+  for (; k + 128 <= cols_pad; k += 128) {
+    __m512i acc0 = _mm512_load_si512(corr + k / 4);
+    __m512i acc1 = _mm512_load_si512(corr + k / 4 + 16);
+    acc0 = _mm512_dpbusd_epi32(acc0, _mm512_load_si512(u + k), _mm512_load_si512(a + k));
+    acc1 = _mm512_dpbusd_epi32(acc1, _mm512_load_si512(u + k + 64), _mm512_load_si512(a + k + 64));
+    const __m512 s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(acc0), _mm512_load_ps(da_lane + k / 4));
+    const __m512 s1 = _mm512_mul_ps(_mm512_cvtepi32_ps(acc1), _mm512_load_ps(da_lane + k / 4 + 16));
+    f0 = _mm512_fmadd_ps(s0, _mm512_load_ps(wsc_lane + k / 4), f0);
+    f1 = _mm512_fmadd_ps(s1, _mm512_load_ps(wsc_lane + k / 4 + 16), f1);
+  }
+  if (k < cols_pad) {
+    __m512i acc0 = _mm512_load_si512(corr + k / 4);
+    acc0 = _mm512_dpbusd_epi32(acc0, _mm512_load_si512(u + k), _mm512_load_si512(a + k));
+    const __m512 s0 = _mm512_mul_ps(_mm512_cvtepi32_ps(acc0), _mm512_load_ps(da_lane + k / 4));
+    f0 = _mm512_fmadd_ps(s0, _mm512_load_ps(wsc_lane + k / 4), f0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
+}
+
+// Activation tile of up to 16 rows in lane-interleaved form.
+struct ActTileView {
+  const int8_t* q;      // [cols_pad / 4][16][4]
+  const int32_t* corr;  // [nsub][16]  -128 * Σ_sub a
+  const float* da;      // [nsub][16]  activation scale per sub-block
+  const float* asum;    // [nsub][16]  da * Σ_sub a (for min terms)
+};
+
+// out[r][l] = Σ_s dsc[r][s]·da[s][l]·isum(r, l, s) (+ msc[r][s]·asum[s][l]) for R weight rows.
+// Register budget: R int32 + R float accumulators + activation vector + broadcast temporaries;
+// R = 8 uses 18 of 32 zmm registers and amortises each activation load over 8 dpbusd.
+template <int R, int kSub, bool kMin>
+DSPARK_VNNI_ATTR inline void LanesTileVnni(const uint8_t* const* u, const float* const* dsc,
+                                           const float* const* msc, const ActTileView& at,
+                                           int64_t nsub, float* HWY_RESTRICT out) {
+  __m512 f[R];
+  for (int r = 0; r < R; ++r) f[r] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < nsub; ++s) {
+    const __m512i init = _mm512_load_si512(at.corr + 16 * s);
+    __m512i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = init;
+    const int8_t* aq = at.q + s * kSub * 16;  // kSub / 4 groups of 64 bytes
+    const int64_t wo = s * kSub;
+#pragma GCC unroll 8
+    for (int g = 0; g < kSub / 4; ++g) {
+      const __m512i av = _mm512_load_si512(aq + 64 * g);
+      for (int r = 0; r < R; ++r) {
+        int32_t wd;
+        std::memcpy(&wd, u[r] + wo + 4 * g, 4);
+        acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(wd), av);
+      }
+    }
+    const __m512 da = _mm512_load_ps(at.da + 16 * s);
+    for (int r = 0; r < R; ++r) {
+      const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r]), da);
+      f[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(dsc[r][s]), f[r]);
+    }
+    if constexpr (kMin) {
+      const __m512 as = _mm512_load_ps(at.asum + 16 * s);
+      for (int r = 0; r < R; ++r) f[r] = _mm512_fmadd_ps(_mm512_set1_ps(msc[r][s]), as, f[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm512_store_ps(out + 16 * r, f[r]);
+}
+
+#else
+#define DSPARK_HAVE_VNNI 0
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dspark
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard
