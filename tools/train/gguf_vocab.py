@@ -1,0 +1,45 @@
+"""The tokenizer's GGUF metadata (llama.cpp `llama`/SPM vocabulary) from the SentencePiece model."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_writer as gw  # noqa: E402
+import tokenizer as tok  # noqa: E402
+
+# llama_token_type as stored in tokenizer.ggml.token_type
+TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL, TYPE_USER_DEFINED, TYPE_UNUSED, TYPE_BYTE = 1, 2, 3, 4, 5, 6
+
+
+def vocab_arrays(sp):
+    pieces, scores, types = [], [], []
+    for i in range(sp.get_piece_size()):
+        pieces.append(sp.id_to_piece(i))
+        scores.append(sp.get_score(i))
+        if sp.is_unknown(i):
+            t = TYPE_UNKNOWN
+        elif sp.is_control(i):
+            t = TYPE_CONTROL
+        elif sp.is_byte(i):
+            t = TYPE_BYTE  # pieces are spelled <0x0A>, the form llama.cpp parses
+        elif sp.is_unused(i):
+            t = TYPE_UNUSED
+        else:
+            t = TYPE_NORMAL
+        types.append(t)
+    return pieces, scores, types
+
+
+def add_tokenizer(w: gw.GGUFWriter, sp):
+    pieces, scores, types = vocab_arrays(sp)
+    w.add_str("tokenizer.ggml.model", "llama")
+    w.add_array("tokenizer.ggml.tokens", gw.STRING, pieces)
+    w.add_array("tokenizer.ggml.scores", gw.FLOAT32, scores)
+    w.add_array("tokenizer.ggml.token_type", gw.INT32, types)
+    w.add_u32("tokenizer.ggml.bos_token_id", tok.BOS_ID)
+    w.add_u32("tokenizer.ggml.eos_token_id", tok.EOS_ID)
+    w.add_u32("tokenizer.ggml.unknown_token_id", tok.UNK_ID)
+    w.add_u32("tokenizer.ggml.mask_token_id", tok.MASK_ID)
+    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    w.add_bool("tokenizer.ggml.add_eos_token", False)
+    # The tokenizer was trained without a dummy prefix: text is not prefixed with a space.
+    w.add_bool("tokenizer.ggml.add_space_prefix", False)

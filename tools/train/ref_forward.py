@@ -1,0 +1,68 @@
+"""Pure-numpy forward pass of a qwen3 GGUF, written from llama.cpp's graph (not from model.py).
+
+It is the independent check that the exported file means what the PyTorch model computes:
+same tensor names, orientation (ne = [in, out]), per-head q/k norm, NeoX RoPE, GQA head mapping,
+tied output. float64 throughout, so differences to PyTorch are PyTorch's float32 rounding.
+
+    /usr/bin/python3 tools/train/ref_forward.py models/ref-target.gguf 1 2 3   # prints argmaxes
+"""
+import sys
+
+import numpy as np
+
+import gguf_reader
+
+
+def _rms(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def _rope_neox(x, pos, base):
+    """x [T, H, D]: rotate pairs (i, i + D/2) by pos * base^(-2i/D) (GGML_ROPE_TYPE_NEOX)."""
+    d = x.shape[-1]
+    inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    ang = pos[:, None] * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def forward(gguf, ids, arch="qwen3"):
+    """Logits [T, n_vocab] for the token ids (positions 0..T-1), float64."""
+    f = gguf if isinstance(gguf, gguf_reader.GGUFFile) else gguf_reader.read(gguf)
+    md, W = f.metadata, {k: np.asarray(v, dtype=np.float64) for k, v in f.tensors.items()}
+    n_layer = md[f"{arch}.block_count"]
+    n_head, n_head_kv = md[f"{arch}.attention.head_count"], md[f"{arch}.attention.head_count_kv"]
+    hd = md[f"{arch}.attention.key_length"]
+    eps, base = md[f"{arch}.attention.layer_norm_rms_epsilon"], md[f"{arch}.rope.freq_base"]
+    ids = np.asarray(ids)
+    T = len(ids)
+    pos = np.arange(T, dtype=np.float64)
+    x = W["token_embd.weight"][ids]  # numpy shape [n_vocab, n_embd] = ne [n_embd, n_vocab]
+    mask = np.triu(np.full((T, T), -np.inf), 1)
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        h = _rms(x, W[p + "attn_norm.weight"], eps)
+        q = (h @ W[p + "attn_q.weight"].T).reshape(T, n_head, hd)  # Linear: y = x W^T, W [out, in]
+        k = (h @ W[p + "attn_k.weight"].T).reshape(T, n_head_kv, hd)
+        v = (h @ W[p + "attn_v.weight"].T).reshape(T, n_head_kv, hd)
+        q = _rope_neox(_rms(q, W[p + "attn_q_norm.weight"], eps), pos, base)
+        k = _rope_neox(_rms(k, W[p + "attn_k_norm.weight"], eps), pos, base)
+        out = np.empty((T, n_head, hd))
+        for hh in range(n_head):
+            kv = hh // (n_head // n_head_kv)  # ggml broadcasts KV head kv over query heads kv*g..kv*g+g-1
+            s = q[:, hh] @ k[:, kv].T / np.sqrt(hd) + mask
+            s = np.exp(s - s.max(-1, keepdims=True))
+            out[:, hh] = (s / s.sum(-1, keepdims=True)) @ v[:, kv]
+        x = x + out.reshape(T, -1) @ W[p + "attn_output.weight"].T
+        h = _rms(x, W[p + "ffn_norm.weight"], eps)
+        g, u = h @ W[p + "ffn_gate.weight"].T, h @ W[p + "ffn_up.weight"].T
+        x = x + (g / (1 + np.exp(-g)) * u) @ W[p + "ffn_down.weight"].T
+    x = _rms(x, W["output_norm.weight"], eps)
+    out_w = W.get("output.weight", W["token_embd.weight"])  # tied when output.weight is absent
+    return x @ out_w.T
+
+
+if __name__ == "__main__":
+    logits = forward(sys.argv[1], [int(t) for t in sys.argv[2:]])
+    print(logits.argmax(-1).tolist())
