@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <thread>
 
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/unicode.h"
@@ -157,6 +158,67 @@ TEST(Tokenizer, SpmSpacePrefixAfterSpecialToken) {
   std::vector<int32_t> expected = {tok.bos_id()};
   expected.insert(expected.end(), hello.begin(), hello.end());
   EXPECT_EQ(tok.Encode("<s>Hello", opts), expected);
+}
+
+TEST(Tokenizer, Phi3SpecialTokensStripFollowingWhitespace) {
+  // llama.cpp marks Phi-3's special tokens rstrip (by model name); "</s>" is user-defined there.
+  const Tokenizer& tok = Vocab("phi-3");
+  EncodeOptions opts;
+  opts.add_bos = false;
+  opts.parse_special = true;
+  const int32_t user = *tok.FindToken("<|user|>");
+  const int32_t end = *tok.FindToken("<|end|>");
+  const int32_t assistant = *tok.FindToken("<|assistant|>");
+  std::vector<int32_t> expected = {user};
+  const std::vector<int32_t> hi = tok.Encode("Hi", EncodeOptions{.add_bos = false});
+  expected.insert(expected.end(), hi.begin(), hi.end());
+  expected.push_back(end);
+  expected.push_back(assistant);
+  EXPECT_EQ(tok.Encode("<|user|>\nHi<|end|>\n<|assistant|>", opts), expected);
+  EXPECT_TRUE(tok.IsEog(end));
+  EXPECT_FALSE(tok.IsEog(assistant));
+}
+
+TEST(Tokenizer, ConcurrentEncodeIsDeterministic) {
+  const Tokenizer& tok = Vocab("llama-bpe");
+  std::string text;
+  for (const std::string& t : SampleTexts()) text += t;
+  const std::vector<int32_t> expected = tok.Encode(text);
+  std::vector<std::vector<int32_t>> results(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < results.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (int r = 0; r < 20; ++r) results[i] = tok.Encode(text);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& r : results) EXPECT_EQ(r, expected);
+}
+
+TEST(Tokenizer, ArbitraryBytesNeverCrash) {
+  uint64_t state = 42;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint8_t>(state >> 56);
+  };
+  for (int iter = 0; iter < 200; ++iter) {
+    std::string bytes;
+    const int n = 1 + iter % 40;
+    for (int i = 0; i < n; ++i) bytes.push_back(static_cast<char>(next()));
+    // SentencePiece with byte fallback spells any valid UTF-8. (Invalid bytes may swallow part of
+    // an escaped space, "\xcf" + "\xe2\x96\x81", which then decodes as bytes: as llama.cpp.)
+    const Tokenizer& spm = Vocab("llama-spm");
+    for (int32_t id : spm.Encode(bytes)) ASSERT_TRUE(id >= 0 && id < spm.n_vocab());
+    const std::string valid = tok::SanitizeUtf8(bytes);
+    EXPECT_EQ(spm.Decode(spm.Encode(valid)), valid) << "iteration " << iter;
+    for (const char* name : {"llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "gpt-2"}) {
+      const Tokenizer& bpe = Vocab(name);
+      const std::vector<int32_t> ids = bpe.Encode(bytes, EncodeOptions{.add_bos = false, .parse_special = true});
+      for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < bpe.n_vocab()) << name;
+      // Invalid UTF-8 becomes U+FFFD first, so the round trip holds for the sanitized text.
+      EXPECT_EQ(bpe.Decode(ids, /*render_special=*/true), tok::SanitizeUtf8(bytes)) << name;
+    }
+  }
 }
 
 TEST(Tokenizer, BosEosPerVocabulary) {
