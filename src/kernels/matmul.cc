@@ -13,11 +13,20 @@
 #if HWY_ONCE
 #include "kernels/ops.h"
 #include "kernels/ref/quant_ref.h"
+#include "kernels/test_hooks.h"
 #include "util/status.h"
 
 namespace dspark {
 HWY_EXPORT(MatMulQuantImpl);
 HWY_EXPORT(MatMulFloatImpl);
+HWY_EXPORT(QuantizeActForTest);
+
+namespace kernels {
+void QuantizeActivationsForTest(bool k_quant, int sub, const float* x, int64_t cols, int8_t* q,
+                                float* da, float* asum) {
+  HWY_DYNAMIC_DISPATCH(QuantizeActForTest)(k_quant, sub, x, cols, q, da, asum);
+}
+}  // namespace kernels
 
 namespace ops {
 

@@ -17,6 +17,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/elementwise-inl.h"
+#include "kernels/matmul_act-inl.h"
 #include "kernels/matmul_decode-inl.h"
 #include "kernels/matmul_vnni-inl.h"
 #include "kernels/ops.h"
@@ -46,8 +47,7 @@ struct QuantActs {
   float* da = nullptr;   // [m][nsub] activation scale of each weight sub-block
   float* asum = nullptr; // [m][nsub] da * Σ q over the sub-block
   // Row-dot (natural) layout extras, VNNI only.
-  int32_t* corr = nullptr;   // [m][cols_pad / 4]
-  float* da_lane = nullptr;  // [m][cols_pad / 4]
+  int32_t* corr = nullptr;   // [m][cols_pad / 4] -128 * (sum of each dword of q)
   // Lane tiles, VNNI only.
   int64_t tiles = 0;
   int8_t* tq = nullptr;       // [tiles][cols_pad / 4][16][4]
@@ -58,49 +58,33 @@ struct QuantActs {
 
 // Quantises row x[cols] to the canonical form (bytes + per-sub-block scale and scaled sum).
 inline void QuantizeActRow(const float* x, const QuantActs& qa, bool k_quant, int64_t j) {
-  thread_local kernels::ScratchBuffer blocks;
   int8_t* q = qa.q + j * qa.cols_pad;
   float* da = qa.da + j * qa.nsub;
   float* asum = qa.asum + j * qa.nsub;
-  const int64_t cols = qa.cols;
   if (!k_quant) {
-    auto* b = blocks.Get<BlockQ8_0>(cols / 32);
-    ref::QuantizeRowQ8_0(x, b, cols);
-    for (int64_t i = 0; i < cols / 32; ++i) {
-      const float d = HalfToFloat(b[i].d);
-      std::memcpy(q + 32 * i, b[i].qs, 32);
-      int s = 0;
-      for (int k = 0; k < 32; ++k) s += b[i].qs[k];
-      da[i] = d;
-      asum[i] = d * static_cast<float>(s);
-    }
+    QuantizeActQ8_0(x, qa.cols, q, da, asum);
   } else {
-    auto* b = blocks.Get<BlockQ8_K>(cols / 256);
-    ref::QuantizeRowQ8_K(x, b, cols);
-    const int per = 256 / qa.sub;  // sub-blocks per super-block
-    for (int64_t i = 0; i < cols / 256; ++i) {
-      std::memcpy(q + 256 * i, b[i].qs, 256);
-      for (int s = 0; s < per; ++s) {
-        int sum = 0;
-        for (int k = s * qa.sub / 16; k < (s + 1) * qa.sub / 16; ++k) sum += b[i].bsums[k];
-        da[i * per + s] = b[i].d;
-        asum[i * per + s] = b[i].d * static_cast<float>(sum);
-      }
-    }
+    QuantizeActQ8_K(x, qa.cols, qa.sub, q, da, asum);
   }
-  std::memset(q + cols, 0, qa.cols_pad - cols);
-  for (int64_t s = cols / qa.sub; s < qa.nsub; ++s) da[s] = asum[s] = 0.f;
+  std::memset(q + qa.cols, 0, qa.cols_pad - qa.cols);
+  for (int64_t s = qa.cols / qa.sub; s < qa.nsub; ++s) da[s] = asum[s] = 0.f;
+}
+
+// Test hook: the canonical activation form this target computes for one row.
+inline void QuantizeActForTest(bool k_quant, int sub, const float* x, int64_t cols, int8_t* q,
+                               float* da, float* asum) {
+  if (!k_quant) {
+    QuantizeActQ8_0(x, cols, q, da, asum);
+  } else {
+    QuantizeActQ8_K(x, cols, sub, q, da, asum);
+  }
 }
 
 inline void BuildNaturalExtras(const QuantActs& qa, int64_t j) {
   const int8_t* q = qa.q + j * qa.cols_pad;
   int32_t* corr = qa.corr + j * (qa.cols_pad / 4);
-  float* dl = qa.da_lane + j * (qa.cols_pad / 4);
-  const int lanes_per_sub = qa.sub / 4;
-  for (int64_t g = 0; g < qa.cols_pad / 4; ++g) {
+  for (int64_t g = 0; g < qa.cols_pad / 4; ++g)
     corr[g] = -128 * (q[4 * g] + q[4 * g + 1] + q[4 * g + 2] + q[4 * g + 3]);
-    dl[g] = qa.da[j * qa.nsub + g / lanes_per_sub];
-  }
 }
 
 // Interleaves rows [16t, 16t+16) of the canonical form into tile t (missing rows are zeros).
@@ -163,14 +147,13 @@ struct DecodeBuffers {
   uint8_t* u[kRowTile];
   float* dsc[kRowTile];
   float* msc[kRowTile];
-  float* wsc_lane;  // [cols_pad / 4], natural VNNI path
 };
 
 inline DecodeBuffers GetDecodeBuffers(int64_t cols_pad, int64_t nsub, int64_t cols, int sub) {
   thread_local kernels::ScratchBuffer buf;
   const size_t u_bytes = cols_pad, f_bytes = kernels::RoundUp(nsub * sizeof(float), 64);
   const size_t per_row = u_bytes + 2 * f_bytes;
-  auto* base = static_cast<uint8_t*>(buf.Get(kRowTile * per_row + cols_pad * sizeof(float)));
+  auto* base = static_cast<uint8_t*>(buf.Get(kRowTile * per_row));
   DecodeBuffers b;
   for (int r = 0; r < kRowTile; ++r) {
     uint8_t* p = base + r * per_row;
@@ -181,7 +164,6 @@ inline DecodeBuffers GetDecodeBuffers(int64_t cols_pad, int64_t nsub, int64_t co
     std::memset(b.u[r] + cols, 128, cols_pad - cols);
     for (int64_t s = cols / sub; s < nsub; ++s) b.dsc[r][s] = b.msc[r][s] = 0.f;
   }
-  b.wsc_lane = reinterpret_cast<float*>(base + kRowTile * per_row);
   return b;
 }
 
@@ -205,11 +187,11 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
   {
     const size_t q_bytes = kernels::RoundUp(m * qa.cols_pad, 64);
     const size_t s_bytes = kernels::RoundUp(m * qa.nsub * sizeof(float), 64);
-    const size_t lane_bytes = use_natural_vnni ? kernels::RoundUp(m * qa.cols_pad, 64) : 0;
+    const size_t lane_bytes = use_natural_vnni ? kernels::RoundUp(m * qa.cols_pad, 64) : 0;  // corr
     const size_t tq_bytes = qa.tiles * qa.cols_pad * 16;
     const size_t ts_bytes = qa.tiles * qa.nsub * 16 * 4;
     auto* p = static_cast<uint8_t*>(
-        act_buf.Get(q_bytes + 2 * s_bytes + 2 * lane_bytes + tq_bytes + 3 * ts_bytes));
+        act_buf.Get(q_bytes + 2 * s_bytes + lane_bytes + tq_bytes + 3 * ts_bytes));
     qa.q = reinterpret_cast<int8_t*>(p);
     p += q_bytes;
     qa.da = reinterpret_cast<float*>(p);
@@ -217,8 +199,6 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
     qa.asum = reinterpret_cast<float*>(p);
     p += s_bytes;
     qa.corr = reinterpret_cast<int32_t*>(p);
-    p += lane_bytes;
-    qa.da_lane = reinterpret_cast<float*>(p);
     p += lane_bytes;
     qa.tq = reinterpret_cast<int8_t*>(p);
     p += tq_bytes;
@@ -269,9 +249,11 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
             } else {
               LanesTileVnni<kR, 32, false>(db.u + r, db.dsc + r, db.msc + r, at, qa.nsub, out);
             }
-            for (int rr = 0; rr < kR; ++rr)
-              for (int64_t l = 0; l < mt; ++l)
-                y[(t * kTileRows + l) * rows + r0 + r + rr] = out[rr * kTileRows + l];
+            // Transpose to y's layout: one contiguous kR-float store per activation row.
+            for (int64_t l = 0; l < mt; ++l) {
+              float* yl = y + (t * kTileRows + l) * rows + r0 + r;
+              for (int rr = 0; rr < kR; ++rr) yl[rr] = out[rr * kTileRows + l];
+            }
             r += kR;
           };
           if (nr == kRowTile) run(std::integral_constant<int, kRowTile>());
@@ -281,16 +263,14 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
       }
 #endif
       for (int r = 0; r < nr; ++r) {
-#if DSPARK_HAVE_VNNI
-        const int lanes_per_sub = tt.sub / 4;
-        for (int64_t g = 0; g < qa.cols_pad / 4; ++g) db.wsc_lane[g] = db.dsc[r][g / lanes_per_sub];
-#endif
         for (int64_t j = 0; j < m; ++j) {
           const int8_t* a = qa.q + j * qa.cols_pad;
           [[maybe_unused]] const float* da = qa.da + j * qa.nsub;
 #if DSPARK_HAVE_VNNI
-          float v = DotNaturalVnni(db.u[r], db.wsc_lane, a, qa.corr + j * (qa.cols_pad / 4),
-                                   qa.da_lane + j * (qa.cols_pad / 4), qa.cols_pad);
+          const int32_t* corr = qa.corr + j * (qa.cols_pad / 4);
+          float v = tt.sub == 16
+                        ? DotNaturalVnni<16>(db.u[r], db.dsc[r], a, corr, da, qa.cols_pad)
+                        : DotNaturalVnni<32>(db.u[r], db.dsc[r], a, corr, da, qa.cols_pad);
 #else
           float v = DotNaturalGeneric(db.u[r], db.dsc[r], a, da, qa.nsub, tt.sub);
 #endif

@@ -8,7 +8,11 @@
 #include <gtest/gtest.h>
 
 #include "kernels/ops.h"
+#include "kernels/quant_blocks.h"
 #include "kernels/ref/matmul_ref.h"
+#include "kernels/ref/quant_ref.h"
+#include "kernels/test_hooks.h"
+#include "util/fp16.h"
 #include "kernels/test_util.h"
 #include "kernels/tolerance.h"
 #include "util/thread_pool.h"
@@ -123,6 +127,46 @@ TEST(MatMul, DetectsCorruptedWeights) {
   ops::MatMul(w.view, x.data(), 1, y.data(), pool);
   EXPECT_LE(std::fabs(y[0] - ref[0]), kernels::kMatMulQuantRelTol * bound[0]);
   EXPECT_GT(std::fabs(y[1] - ref[1]), 100 * kernels::kMatMulQuantRelTol * bound[1]);
+}
+
+// Every target's activation quantiser produces exactly the reference quantiser's integers and
+// scales (ties included: Q8_0 rounds half away from zero, Q8_K half to even).
+TEST(MatMul, ActivationQuantisationBitExactOnEveryTarget) {
+  const int64_t cols = 1024;
+  auto x = kernels::RandomVector(cols, 77, 3.f);
+  x[5] = 0.f;
+  for (int i = 256; i < 512; ++i) x[i] = 0.f;          // an all-zero Q8_K super-block
+  for (int i = 0; i < 32; ++i) x[512 + i] = (i - 16) * 0.5f;  // exact .5 ties after scaling
+  x[512 + 31] = 127.f * 0.5f;
+  std::vector<BlockQ8_0> b0(cols / 32);
+  std::vector<BlockQ8_K> bk(cols / 256);
+  ref::QuantizeRowQ8_0(x.data(), b0.data(), cols);
+  ref::QuantizeRowQ8_K(x.data(), bk.data(), cols);
+  kernels::ForEachTarget([&](const std::string& target) {
+    std::vector<int8_t> q(cols);
+    std::vector<float> da(cols / 16), asum(cols / 16);
+    kernels::QuantizeActivationsForTest(false, 32, x.data(), cols, q.data(), da.data(), asum.data());
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      int sum = 0;
+      for (int k = 0; k < 32; ++k) {
+        ASSERT_EQ(q[32 * b + k], b0[b].qs[k]) << target << " q8_0 at " << 32 * b + k;
+        sum += b0[b].qs[k];
+      }
+      ASSERT_EQ(da[b], F16ToF32(b0[b].d)) << target;
+      ASSERT_EQ(asum[b], da[b] * static_cast<float>(sum)) << target;
+    }
+    for (int sub : {16, 32}) {
+      kernels::QuantizeActivationsForTest(true, sub, x.data(), cols, q.data(), da.data(), asum.data());
+      for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(q[i], bk[i / 256].qs[i % 256]) << target << " q8_K at " << i;
+      for (int64_t s = 0; s < cols / sub; ++s) {
+        const auto& blk = bk[s * sub / 256];
+        int sum = 0;
+        for (int k = (s * sub % 256) / 16; k < (s * sub % 256 + sub) / 16; ++k) sum += blk.bsums[k];
+        ASSERT_EQ(da[s], blk.d) << target;
+        ASSERT_EQ(asum[s], blk.d * static_cast<float>(sum)) << target;
+      }
+    }
+  });
 }
 
 TEST(MatMul, SupportsListedTypes) {

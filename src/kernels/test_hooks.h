@@ -1,0 +1,13 @@
+// Internal entry points exposed only so tests can check per-target pieces of MatMul directly.
+#pragma once
+
+#include <cstdint>
+
+namespace dspark::kernels {
+
+// The dispatched target's activation quantiser (matmul_act-inl.h): int8 q[cols], and per
+// sub-block of `sub` elements the scale da and da * Σq. k_quant selects Q8_K (else Q8_0, sub 32).
+void QuantizeActivationsForTest(bool k_quant, int sub, const float* x, int64_t cols, int8_t* q,
+                                float* da, float* asum);
+
+}  // namespace dspark::kernels
