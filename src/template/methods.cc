@@ -1,0 +1,194 @@
+// Python methods on str, dict and list values that chat templates call
+// (content.split('</think>'), system_message.rstrip(), tool.items(), ...). Lists and dicts are
+// immutable (ImmutableSandboxedEnvironment), so mutating methods are refused as in transformers.
+#include <algorithm>
+#include <string>
+
+#include "template/builtins.h"
+#include "template/text.h"
+
+namespace dspark::jinja {
+namespace {
+
+using Method = Result<Value> (*)(const Value& self, const CallArgs& args);
+
+Result<std::string> StrArg(const CallArgs& args, size_t pos, const char* name, const char* method) {
+  const Value* v = args.Get(name, pos);
+  if (v == nullptr) return InvalidArgument("{}() missing required argument '{}'", method, name);
+  if (!v->is_string()) return InvalidArgument("{}() argument must be str, not {}", method, TypeName(*v));
+  return v->str();
+}
+
+// Optional chars argument of strip/lstrip/rstrip: nullptr or None means whitespace.
+Result<Value> StripMethod(const Value& self, const CallArgs& args, bool left, bool right) {
+  const Value* chars = args.Get("chars", 0);
+  if (chars != nullptr && !chars->is_none() && !chars->is_string()) {
+    return InvalidArgument("strip arg must be None or str");
+  }
+  return Value(PyStrip(self.str(), chars != nullptr && chars->is_string() ? &chars->str() : nullptr, left, right));
+}
+
+Result<Value> Startswith(const Value& self, const CallArgs& args, bool ends) {
+  const Value* arg = args.Get("prefix", 0);
+  if (arg == nullptr) return InvalidArgument("startswith() takes at least 1 argument (0 given)");
+  List options = arg->is_list() ? arg->list() : List{*arg};
+  std::string_view s = self.str();
+  for (const Value& o : options) {
+    if (!o.is_string()) return InvalidArgument("startswith first arg must be str or a tuple of str");
+    if (ends ? s.ends_with(o.str()) : s.starts_with(o.str())) return Value(true);
+  }
+  return Value(false);
+}
+
+Result<Value> SplitMethod(const Value& self, const CallArgs& args, bool from_right) {
+  const Value* sep = args.Get("sep", 0);
+  const Value* maxsplit = args.Get("maxsplit", 1);
+  int64_t limit = maxsplit != nullptr && maxsplit->is_integral() ? maxsplit->int_value() : -1;
+  if (sep != nullptr && !sep->is_none()) {
+    if (!sep->is_string()) return InvalidArgument("must be str or None, not {}", TypeName(*sep));
+    if (sep->str().empty()) return InvalidArgument("empty separator");
+  }
+  std::vector<std::string> parts =
+      PySplit(self.str(), sep != nullptr && sep->is_string() ? &sep->str() : nullptr, limit, from_right);
+  List out;
+  for (auto& p : parts) out.emplace_back(std::move(p));
+  return Value::MakeList(std::move(out));
+}
+
+Result<Value> StrMethod(std::string_view name, const Value& self, const CallArgs& args) {
+  const std::string& s = self.str();
+  if (name == "strip") return StripMethod(self, args, true, true);
+  if (name == "lstrip") return StripMethod(self, args, true, false);
+  if (name == "rstrip") return StripMethod(self, args, false, true);
+  if (name == "startswith") return Startswith(self, args, false);
+  if (name == "endswith") return Startswith(self, args, true);
+  if (name == "split") return SplitMethod(self, args, false);
+  if (name == "rsplit") return SplitMethod(self, args, true);
+  if (name == "upper") return Value(AsciiUpper(s));
+  if (name == "lower") return Value(AsciiLower(s));
+  if (name == "title") return Value(PyTitle(s));
+  if (name == "capitalize") return Value(PyCapitalize(s));
+  if (name == "replace") {
+    DSPARK_ASSIGN_OR_RETURN(std::string from, StrArg(args, 0, "old", "replace"));
+    DSPARK_ASSIGN_OR_RETURN(std::string to, StrArg(args, 1, "new", "replace"));
+    const Value* count = args.Get("count", 2);
+    return Value(PyReplace(s, from, to, count != nullptr && count->is_integral() ? count->int_value() : -1));
+  }
+  if (name == "find" || name == "rfind" || name == "count" || name == "index" || name == "rindex") {
+    DSPARK_ASSIGN_OR_RETURN(std::string sub, StrArg(args, 0, "sub", std::string(name).c_str()));
+    if (name == "count") return Value(PyCount(s, sub));
+    int64_t pos = PyFind(s, sub, name == "rfind" || name == "rindex");
+    if (pos < 0 && (name == "index" || name == "rindex")) return InvalidArgument("substring not found");
+    return Value(pos);
+  }
+  if (name == "join") {
+    const Value* items = args.Get("iterable", 0);
+    if (items == nullptr) return InvalidArgument("join() takes exactly one argument");
+    if (!items->is_list()) return InvalidArgument("can only join an iterable");
+    std::string out;
+    for (size_t i = 0; i < items->list().size(); ++i) {
+      const Value& item = items->list()[i];
+      if (!item.is_string()) {
+        return InvalidArgument("sequence item {}: expected str instance, {} found", i, TypeName(item));
+      }
+      if (i) out += s;
+      out += item.str();
+    }
+    return Value(std::move(out));
+  }
+  if (name == "splitlines") {
+    List out;
+    size_t start = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '\n' || s[i] == '\r') {
+        out.emplace_back(s.substr(start, i - start));
+        if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
+        start = i + 1;
+      }
+    }
+    if (start < s.size()) out.emplace_back(s.substr(start));
+    return Value::MakeList(std::move(out));
+  }
+  if (name == "isdigit" || name == "isalpha" || name == "isspace" || name == "isalnum" || name == "isupper" ||
+      name == "islower") {
+    return Value(PyCharClass(name, s));
+  }
+  return Internal("unhandled str method {}", name);
+}
+
+Result<Value> DictMethod(std::string_view name, const Value& self, const CallArgs& args) {
+  const Dict& d = self.dict();
+  if (name == "get") {
+    const Value* key = args.Get("key", 0);
+    if (key == nullptr) return InvalidArgument("get expected at least 1 argument, got 0");
+    if (key->is_string()) {
+      if (const Value* v = d.Find(key->str())) return *v;
+    }
+    const Value* def = args.Get("default", 1);
+    return def != nullptr ? *def : Value::None();
+  }
+  List out;
+  for (const auto& [k, v] : d.items) {
+    if (name == "keys") {
+      out.emplace_back(k);
+    } else if (name == "values") {
+      out.push_back(v);
+    } else {
+      out.push_back(Value::MakeList({Value(k), v}, /*is_tuple=*/true));
+    }
+  }
+  return Value::MakeList(std::move(out));
+}
+
+Result<Value> ListMethod(std::string_view name, const Value& self, const CallArgs& args) {
+  const Value* x = args.Get("value", 0);
+  if (x == nullptr) return InvalidArgument("{}() takes exactly one argument (0 given)", name);
+  int64_t count = 0;
+  for (size_t i = 0; i < self.list().size(); ++i) {
+    if (!Equals(self.list()[i], *x)) continue;
+    if (name == "index") return Value(static_cast<int64_t>(i));
+    ++count;
+  }
+  if (name == "index") return InvalidArgument("{} is not in list", Repr(*x));
+  return Value(count);
+}
+
+constexpr std::string_view kStrMethods[] = {
+    "strip", "lstrip", "rstrip", "startswith", "endswith", "split", "rsplit", "upper", "lower",
+    "title", "capitalize", "replace", "find", "rfind", "count", "index", "rindex", "join",
+    "splitlines", "isdigit", "isalpha", "isspace", "isalnum", "isupper", "islower"};
+constexpr std::string_view kDictMethods[] = {"get", "keys", "values", "items"};
+constexpr std::string_view kListMethods[] = {"index", "count"};
+// Exist in Python but modify the receiver: the sandbox refuses them.
+constexpr std::string_view kMutators[] = {"append", "extend", "insert", "pop", "remove", "clear", "sort",
+                                          "reverse", "update", "setdefault", "popitem"};
+
+template <size_t N>
+bool In(const std::string_view (&names)[N], std::string_view name) {
+  return std::find(std::begin(names), std::end(names), name) != std::end(names);
+}
+
+}  // namespace
+
+std::optional<Value> FindMethod(const Value& receiver, std::string_view name) {
+  using Impl = Result<Value> (*)(std::string_view, const Value&, const CallArgs&);
+  Impl impl = nullptr;
+  if (receiver.is_string() && In(kStrMethods, name)) impl = StrMethod;
+  if (receiver.is_dict() && In(kDictMethods, name)) impl = DictMethod;
+  if (receiver.is_list() && In(kListMethods, name)) impl = ListMethod;
+  std::string method(name);
+  if (impl == nullptr) {
+    if ((receiver.is_list() || receiver.is_dict()) && In(kMutators, name)) {
+      std::string type = TypeName(receiver);
+      return Value::MakeCallable(method, [method, type](const CallArgs&) -> Result<Value> {
+        return InvalidArgument("access to attribute '{}' of '{}' object is unsafe", method, type);
+      });
+    }
+    return std::nullopt;
+  }
+  return Value::MakeCallable(method, [impl, method, receiver](const CallArgs& args) {
+    return impl(method, receiver, args);
+  });
+}
+
+}  // namespace dspark::jinja
