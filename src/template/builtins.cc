@@ -51,9 +51,15 @@ Result<Value> FAbs(Interpreter&, const Value& v, const CallArgs&) {
   return Value(static_cast<int64_t>(std::llabs(v.int_value())));
 }
 
-Result<Value> FAttr(Interpreter& in, const Value& v, const CallArgs& a) {
+// Python getattr only: unlike `.name`, |attr never falls back to a dict key.
+Result<Value> FAttr(Interpreter&, const Value& v, const CallArgs& a) {
   DSPARK_ASSIGN_OR_RETURN(std::string name, AttrName(a, "name", 0));
-  return in.GetAttr(v, name);
+  if (v.is_undefined()) return InvalidArgument("{}", v.str());
+  if (v.kind() == Kind::kNamespace) {
+    if (const Value* x = v.dict().Find(name)) return *x;
+  }
+  if (auto m = FindMethod(v, name)) return *m;
+  return Value::Undefined(fmt::format("'{} object' has no attribute '{}'", TypeName(v), name));
 }
 
 Result<Value> FCapitalize(Interpreter&, const Value& v, const CallArgs&) { return Value(PyCapitalize(ToStr(v))); }
@@ -188,8 +194,14 @@ Result<Value> FRound(Interpreter&, const Value& v, const CallArgs& a) {
   std::string method = m != nullptr && m->is_string() ? m->str() : "common";
   double scale = std::pow(10.0, static_cast<double>(precision));
   double x = v.float_value() * scale;
-  if (method == "common") {
-    x = std::nearbyint(x);  // Python's round(): half to even
+  if (method == "common" && precision >= 0 && std::isfinite(x)) {
+    // Python rounds the exact decimal value of the double, ties to even; so does printf.
+    char buf[400];
+    std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(std::min<int64_t>(precision, 300)), v.float_value());
+    if (v.is_integral()) return Value(v.int_value());
+    return Value(std::strtod(buf, nullptr));
+  } else if (method == "common") {
+    x = std::nearbyint(x);
   } else if (method == "ceil") {
     x = std::ceil(x);
   } else if (method == "floor") {

@@ -350,7 +350,7 @@ Status Interpreter::RunMacro(const Stmt& s, const CallArgs& args, Scope* frame, 
     for (const auto& p : s.params) is_param |= p == k;
     if (!is_param) kwargs.Set(k, v);
   }
-  frame->vars["varargs"] = Value::MakeList(std::move(varargs));
+  frame->vars["varargs"] = Value::MakeList(std::move(varargs), /*is_tuple=*/true);
   frame->vars["kwargs"] = Value::MakeDict(std::move(kwargs));
   for (size_t i = 0; i < s.params.size(); ++i) {
     const Value* v = args.Get(s.params[i], i);

@@ -85,9 +85,7 @@ std::vector<std::string> PySplit(const std::string& s, const std::string* sep, i
     while (i < u.size() && IsPySpace(u[i])) ++i;
     if (i >= u.size()) break;
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-      size_t e = u.size();
-      while (e > i && IsPySpace(u[e - 1])) --e;
-      std::u32string rest = u.substr(i, e - i);
+      std::u32string rest = u.substr(i);
       if (from_right) std::reverse(rest.begin(), rest.end());
       out.push_back(EncodeUtf8(rest));
       break;
