@@ -90,7 +90,6 @@ class Tokenizer {
 
  private:
   Tokenizer();
-  void EncodeText(std::string_view text, bool prefix_space, std::vector<int32_t>* out) const;
 
   std::unique_ptr<tok::Vocab> vocab_;
   std::unique_ptr<tok::PreTokenizer> pre_;  // byte-level BPE only

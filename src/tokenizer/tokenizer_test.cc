@@ -299,7 +299,7 @@ TEST(Tokenizer, Encodes100KBQuickly) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::cout << "[ speed ] " << name << ": " << text.size() << " bytes -> " << ids.size()
               << " tokens in " << s * 1e3 << " ms\n";
-#ifdef NDEBUG
+#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)  // timing only in optimised builds
     EXPECT_LT(s, 0.5) << name;
 #endif
     EXPECT_EQ(tok.Decode(ids), text) << name;
