@@ -1,11 +1,14 @@
-// `dspark generate`: streams the generated text to stdout; logs and stats go to stderr.
+// `dspark generate`: streams the generated text to stdout; logs and statistics go to stderr.
+// With --spec-type it decodes speculatively; --compare also runs plain decoding on the same prompt.
 #include <cstdio>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "spec/generator.h"
+#include "spec/drafters/factory.h"
+#include "spec/engine.h"
 
 namespace dspark::cli {
 
@@ -25,23 +28,65 @@ struct GenerateFlags {
   bool json = false;
   bool parse_special = false;
   bool ignore_eos = false;
+  // Speculation (llama.cpp's flag names).
+  DrafterConfig drafter;
+  ScheduleOptions schedule;
+  bool compare = false;
 };
 
-int RunGenerate(const GenerateFlags& f) {
+void PrintStats(const char* label, const GenerateResult& r) {
+  const SpecStats& s = r.stats;
+  std::fprintf(stderr, "dspark: %s: prompt %lld tokens %.1f tok/s | generated %lld tokens %.1f tok/s | stop: %s\n",
+               label, static_cast<long long>(s.prompt_tokens), s.prompt_tokens_per_second(),
+               static_cast<long long>(s.generated_tokens), s.tokens_per_second(), r.stop_reason.c_str());
+  if (s.num_drafts == 0) return;
+  std::string per_pos;
+  for (double a : s.acceptance_per_position()) per_pos += fmt::format(" {:.2f}", a);
+  std::fprintf(stderr,
+               "dspark: %s: drafts %lld, drafted %lld, accepted %lld (%.1f%%), tau %.2f, target calls %lld, draft calls %lld\n"
+               "dspark: %s: acceptance per position:%s\n"
+               "dspark: %s: time ms: draft %.1f, verify %.1f, sample %.1f, other %.1f\n",
+               label, static_cast<long long>(s.num_drafts), static_cast<long long>(s.num_draft_tokens),
+               static_cast<long long>(s.num_accepted_tokens), 100 * s.acceptance_rate(), s.tau(),
+               static_cast<long long>(s.num_target_calls), static_cast<long long>(s.num_draft_calls), label,
+               per_pos.c_str(), label, s.draft_ms, s.verify_ms, s.sample_ms, s.other_ms);
+}
+
+int RunGenerate(GenerateFlags f) {
   auto loaded = LoadModelAndTokenizer(f.model);
   if (!loaded.ok()) return Fail(loaded.status());
   Model& model = *loaded->model;
   const Tokenizer& tok = *loaded->tokenizer;
   ThreadPool pool(f.threads > 0 ? f.threads : ThreadPool::DefaultThreadCount());
   const int n_ctx = f.ctx_size > 0 ? f.ctx_size : std::min(model.config().n_ctx_train, 4096);
-  Generator gen(model, tok, pool, n_ctx);
   GenerateOptions opt;
   opt.max_new_tokens = f.n_predict;
   opt.sampling = {f.temp, f.top_k, f.top_p, f.min_p, f.seed};
   opt.stop = f.stop;
   opt.parse_special = f.parse_special;
   opt.ignore_eos = f.ignore_eos;
-  auto result = gen.Generate(f.prompt, opt, [&](int32_t, std::string_view text) {
+  if (Status s = ValidateSamplingParams(opt.sampling); !s.ok()) return Fail(s);
+
+  SpeculativeEngine plain(model, tok, pool, n_ctx);
+  const bool speculative = f.drafter.type != "none";
+  std::optional<GenerateResult> plain_result;
+  if (f.compare || f.drafter.type == "synthetic") {
+    auto r = plain.Generate(f.prompt, opt);
+    if (!r.ok()) return Fail(r.status());
+    plain_result = std::move(*r);
+    EncodeOptions eo;
+    eo.add_eos = false;
+    eo.parse_special = f.parse_special;
+    f.drafter.synthetic_reference = tok.Encode(f.prompt, eo);
+    f.drafter.synthetic_reference.insert(f.drafter.synthetic_reference.end(), plain_result->ids.begin(),
+                                         plain_result->ids.end());
+  }
+  f.drafter.max_draft = std::max(f.drafter.max_draft, f.schedule.n_max);
+  auto drafter = CreateDrafter(f.drafter, model, tok, pool, n_ctx);
+  if (!drafter.ok()) return Fail(drafter.status());
+  SpeculativeEngine engine(model, tok, pool, n_ctx, drafter->get(), f.schedule);
+
+  auto result = engine.Generate(f.prompt, opt, [&](int32_t, std::string_view text, TokenSource) {
     if (!f.json && !text.empty()) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
@@ -49,21 +94,32 @@ int RunGenerate(const GenerateFlags& f) {
     return true;
   });
   if (!result.ok()) return Fail(result.status());
-  const GenerateStats& st = result->stats;
+  const bool identical = plain_result && plain_result->ids == result->ids;
+  const double speedup = plain_result && plain_result->stats.tokens_per_second() > 0
+                             ? result->stats.tokens_per_second() / plain_result->stats.tokens_per_second()
+                             : 0.0;
   if (f.json) {
     nlohmann::json j;
     j["text"] = result->text;
     j["ids"] = result->ids;
-    j["stats"] = {{"prompt_tokens", st.prompt_tokens},       {"generated_tokens", st.generated_tokens},
-                  {"prompt_ms", st.prompt_ms},               {"decode_ms", st.decode_ms},
-                  {"prompt_tokens_per_second", st.prompt_tok_s()}, {"tokens_per_second", st.decode_tok_s()},
-                  {"target_calls", st.target_calls},         {"stop_reason", st.stop_reason}};
+    j["stop_reason"] = result->stop_reason;
+    j["spec_type"] = f.drafter.type;
+    j["stats"] = result->stats.ToJson();
+    if (f.compare && plain_result) {
+      j["plain"] = {{"text", plain_result->text}, {"tokens_per_second", plain_result->stats.tokens_per_second()}};
+      j["speedup"] = speedup;
+      j["identical"] = identical;
+    }
     std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("\n");
-    std::fprintf(stderr, "dspark: prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s | stop: %s\n",
-                 st.prompt_tokens, st.prompt_tok_s(), st.generated_tokens, st.decode_tok_s(), st.stop_reason.c_str());
+    return 0;
   }
+  std::printf("\n");
+  if (f.compare && plain_result) PrintStats("plain", *plain_result);
+  PrintStats(speculative ? "speculative" : "plain", *result);
+  if (f.compare && plain_result)
+    std::fprintf(stderr, "dspark: speed-up %.2fx (%.1f vs %.1f tok/s), outputs %s\n", speedup,
+                 result->stats.tokens_per_second(), plain_result->stats.tokens_per_second(),
+                 identical ? "identical" : (f.temp > 0 ? "differ (sampling: equal in distribution only)" : "DIFFER"));
   return 0;
 }
 }  // namespace
@@ -71,7 +127,7 @@ int RunGenerate(const GenerateFlags& f) {
 Runner RegisterGenerate(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
   f->model = DefaultModelPath();
-  CLI::App* sub = app.add_subcommand("generate", "Generate text from a prompt");
+  CLI::App* sub = app.add_subcommand("generate", "Generate text from a prompt (plain or speculative)");
   sub->add_option("-m,--model", f->model, "Target model GGUF")->capture_default_str();
   sub->add_option("-p,--prompt", f->prompt, "Prompt text")->required();
   sub->add_option("-n,--n-predict", f->n_predict, "Tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 20));
@@ -86,6 +142,16 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_flag("--json", f->json, "Print one JSON object with text, ids and stats");
   sub->add_flag("--parse-special", f->parse_special, "Parse special tokens written in the prompt");
   sub->add_flag("--ignore-eos", f->ignore_eos, "Do not stop at end-of-generation tokens");
+  sub->add_option("--model-draft,--md", f->drafter.draft_model, "Draft model GGUF (draft-simple)");
+  sub->add_option("--spec-type", f->drafter.type, "none | draft-simple | ngram | synthetic")->capture_default_str();
+  sub->add_option("--spec-draft-n-max", f->schedule.n_max, "Most tokens drafted per step")->capture_default_str()->check(CLI::Range(1, 64));
+  sub->add_option("--spec-draft-n-min", f->schedule.n_min, "Drop drafts shorter than this")->capture_default_str()->check(CLI::Range(0, 64));
+  sub->add_option("--spec-draft-p-min", f->schedule.p_min, "Stop drafting below this draft probability")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  sub->add_flag("--spec-adaptive", f->schedule.adaptive, "Choose the draft length from measured acceptance and cost");
+  sub->add_option("--spec-ngram-min", f->drafter.ngram.n_min, "Shortest n-gram to match")->capture_default_str();
+  sub->add_option("--spec-ngram-max", f->drafter.ngram.n_max, "Longest n-gram to match")->capture_default_str();
+  sub->add_option("--spec-synthetic-accept", f->drafter.synthetic_accept, "Per-token acceptance of the synthetic drafter")->capture_default_str();
+  sub->add_flag("--compare", f->compare, "Also run plain decoding and report the speed-up and whether outputs match");
   return [f] { return RunGenerate(*f); };
 }
 

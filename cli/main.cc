@@ -1,5 +1,6 @@
 // `dspark`: thin front end over the library. Parses flags, calls the library, prints.
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "cli/commands.h"
@@ -40,8 +41,11 @@ int main(int argc, char** argv) {
   add(&RegisterQuantize);
   add(&RegisterSynth);
   add(&RegisterBench);
+  // llama.cpp spells the draft model flag "-md"; CLI11 only allows one-letter short flags.
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) args.emplace_back(std::string(argv[i]) == "-md" ? "--model-draft" : argv[i]);
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

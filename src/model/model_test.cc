@@ -10,10 +10,13 @@
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "model/testing/tiny_models.h"
 
 namespace dspark {
 namespace {
 
+using testing::TinySpec;
+using testing::WriteTiny;
 using Matrix = std::vector<double>;
 
 // Dequantised weights of one GGUF tensor as doubles, [rows, cols].
@@ -134,30 +137,6 @@ std::vector<std::vector<double>> ReferenceForward(const gguf::File& f, const Mod
   std::vector<std::vector<double>> logits(n);
   for (int t = 0; t < n; ++t) logits[t] = MatVec(head, RmsNorm(x[t], out_norm, c.rms_eps), c.n_vocab);
   return logits;
-}
-
-std::string WriteTiny(const SynthSpec& spec, const std::string& tag) {
-  const std::string path = std::string(::testing::TempDir()) + "dspark_tiny_" + tag + ".gguf";
-  Status s = WriteSynthModel(spec, nullptr, path);
-  EXPECT_TRUE(s.ok()) << s.message();
-  return path;
-}
-
-SynthSpec TinySpec(const std::string& arch, DType type) {
-  SynthSpec spec;
-  spec.arch = arch;
-  spec.matrix_type = type;
-  const bool super_block = Info(type).block_size == 256;
-  spec.n_embd = super_block ? 256 : 64;
-  spec.n_head = 4;
-  spec.n_head_kv = 2;
-  spec.head_dim = super_block ? 64 : 16;
-  spec.n_ff = super_block ? 512 : 128;
-  spec.n_vocab = 300;
-  spec.tied_embeddings = arch != "qwen2";  // cover both LM-head layouts
-  spec.llama3_rope_freqs = arch == "llama";
-  spec.weight_gain = 1.5f;
-  return spec;
 }
 
 // Max |a - b| relative to the largest reference logit magnitude.

@@ -156,7 +156,8 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   const float g = spec.weight_gain;
   const int q_dim = spec.n_head * spec.head_dim, kv_dim = spec.n_head_kv * spec.head_dim;
   // Embeddings with unit-scale rows so the first RMSNorm sees ordinary magnitudes.
-  DSPARK_TRY(matrix("token_embd.weight", spec.n_embd, spec.n_vocab, std::sqrt(static_cast<float>(spec.n_embd))));
+  const float embd_gain = spec.embedding_gain > 0 ? spec.embedding_gain : std::sqrt(static_cast<float>(spec.n_embd));
+  DSPARK_TRY(matrix("token_embd.weight", spec.n_embd, spec.n_vocab, embd_gain));
   DSPARK_TRY(vec("output_norm.weight", spec.n_embd, 1.0f, 0.1f));
   if (!spec.tied_embeddings) DSPARK_TRY(matrix("output.weight", spec.n_embd, spec.n_vocab, g));
   if (spec.llama3_rope_freqs) {

@@ -35,6 +35,9 @@ struct SynthSpec {
   uint64_t seed = 1;
   // Std of matrix weights relative to 1/sqrt(cols); large values make greedy decoding decisive.
   float weight_gain = 1.0f;
+  // Std of token embeddings relative to 1/sqrt(n_embd); 0 means sqrt(n_embd) (unit-variance
+  // elements). With tied embeddings this also sets how peaked the output distribution is.
+  float embedding_gain = 0.0f;
 };
 
 // Named real shapes for `dspark synth`: qwen3-0.6b, qwen3-1.7b, llama-3.2-1b.

@@ -1,0 +1,31 @@
+#include "model/testing/tiny_models.h"
+
+#include <gtest/gtest.h>
+
+namespace dspark::testing {
+
+SynthSpec TinySpec(const std::string& arch, DType type, int n_vocab) {
+  SynthSpec spec;
+  spec.arch = arch;
+  spec.matrix_type = type;
+  const bool super_block = Info(type).block_size == 256;
+  spec.n_embd = super_block ? 256 : 64;
+  spec.n_head = 4;
+  spec.n_head_kv = 2;
+  spec.head_dim = super_block ? 64 : 16;
+  spec.n_ff = super_block ? 512 : 128;
+  spec.n_vocab = n_vocab;
+  spec.tied_embeddings = arch != "qwen2";  // cover both LM-head layouts
+  spec.llama3_rope_freqs = arch == "llama";
+  spec.weight_gain = 1.5f;
+  return spec;
+}
+
+std::string WriteTiny(const SynthSpec& spec, const std::string& tag) {
+  const std::string path = std::string(::testing::TempDir()) + "dspark_tiny_" + tag + ".gguf";
+  Status s = WriteSynthModel(spec, nullptr, path);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return path;
+}
+
+}  // namespace dspark::testing

@@ -1,0 +1,41 @@
+#include "spec/drafters/factory.h"
+
+#include "spec/drafters/draft_model.h"
+#include "spec/drafters/synthetic.h"
+
+namespace dspark {
+
+std::vector<std::string> DrafterTypes() { return {"none", "draft-simple", "ngram", "synthetic"}; }
+
+Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, const Model& target,
+                                               const Tokenizer& target_vocab, ThreadPool& pool, int n_ctx) {
+  if (config.type == "none") return std::unique_ptr<Drafter>();
+  if (config.type == "ngram") {
+    if (config.ngram.n_min < 1 || config.ngram.n_max < config.ngram.n_min)
+      return InvalidArgument("spec: need 1 <= --spec-ngram-min <= --spec-ngram-max, got {}..{}", config.ngram.n_min,
+                             config.ngram.n_max);
+    return std::unique_ptr<Drafter>(new NgramDrafter(config.ngram));
+  }
+  if (config.type == "synthetic") {
+    if (!(config.synthetic_accept >= 0 && config.synthetic_accept <= 1))
+      return InvalidArgument("spec: synthetic acceptance must be in [0, 1], got {}", config.synthetic_accept);
+    return std::unique_ptr<Drafter>(
+        new SyntheticDrafter(config.synthetic_reference, target.config().n_vocab, config.synthetic_accept));
+  }
+  if (config.type == "draft-simple") {
+    if (config.draft_model.empty()) return InvalidArgument("spec: --spec-type draft-simple needs -md DRAFT.gguf");
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> file, gguf::File::Open(config.draft_model));
+    std::shared_ptr<const gguf::File> shared(std::move(file));
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Model> draft, Model::FromFile(shared));
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> draft_vocab, Tokenizer::FromGguf(*shared));
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DraftModelDrafter> d,
+                            DraftModelDrafter::Create(std::move(draft), *draft_vocab, target_vocab, pool, n_ctx,
+                                                      config.max_draft));
+    return std::unique_ptr<Drafter>(std::move(d));
+  }
+  std::string known;
+  for (const auto& t : DrafterTypes()) known += (known.empty() ? "" : ", ") + t;
+  return InvalidArgument("spec: unknown --spec-type '{}' (known: {})", config.type, known);
+}
+
+}  // namespace dspark

@@ -1,0 +1,31 @@
+// The one place that maps a --spec-type name to a drafter constructor.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "spec/drafter.h"
+#include "spec/drafters/ngram.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dspark {
+
+struct DrafterConfig {
+  std::string type = "none";   // none | draft-simple | ngram | synthetic
+  std::string draft_model;     // -md, for draft-simple
+  int max_draft = 16;
+  NgramOptions ngram;
+  double synthetic_accept = 0.8;
+  std::vector<int32_t> synthetic_reference;  // prompt + the target's plain output
+};
+
+std::vector<std::string> DrafterTypes();
+
+// nullptr for "none". Errors: unknown type (listing the known ones), a draft model that fails to
+// load or whose vocabulary differs from the target's.
+Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, const Model& target,
+                                               const Tokenizer& target_vocab, ThreadPool& pool, int n_ctx);
+
+}  // namespace dspark

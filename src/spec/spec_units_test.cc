@@ -1,0 +1,82 @@
+// Unit tests of the pieces around verification: n-gram lookup, statistics arithmetic, scheduling.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "spec/drafters/ngram.h"
+#include "spec/scheduler.h"
+#include "spec/stats.h"
+
+namespace dspark {
+namespace {
+
+TEST(Ngram, ProposesWhatFollowedTheMostRecentMatch) {
+  const std::vector<int32_t> ctx = {1, 2, 3, 4, 5, 9, 1, 2, 3, 7, 8, 1, 2, 3};
+  // Suffix [1,2,3] last occurred at index 6, followed by 7, 8, 1.
+  EXPECT_EQ(NgramLookup(ctx, 2, 3, 3), (std::vector<int32_t>{7, 8, 1}));
+  EXPECT_EQ(NgramLookup(ctx, 2, 3, 1), (std::vector<int32_t>{7}));
+  EXPECT_TRUE(NgramLookup(std::vector<int32_t>{1, 2, 3}, 2, 3, 4).empty());
+  // Falls back to shorter n-grams.
+  EXPECT_EQ(NgramLookup(std::vector<int32_t>{5, 6, 0, 6}, 1, 3, 2), (std::vector<int32_t>{0, 6}));
+}
+
+TEST(SpecStats, ArithmeticOnScriptedSteps) {
+  SpecStats s;
+  s.RecordStep(4, 2, {0.9f, 0.8f, 0.5f, 0.2f});
+  s.RecordStep(4, 4, {});
+  s.RecordStep(0, 0, {});
+  s.RecordStep(2, 0, {});
+  EXPECT_EQ(s.num_steps, 4);
+  EXPECT_EQ(s.num_drafts, 3);
+  EXPECT_EQ(s.num_draft_tokens, 10);
+  EXPECT_EQ(s.num_accepted_tokens, 6);
+  EXPECT_DOUBLE_EQ(s.acceptance_rate(), 0.6);
+  EXPECT_DOUBLE_EQ(s.tau(), 1.0 + 6.0 / 3.0);
+  EXPECT_EQ(s.accepted_per_pos, (std::vector<int64_t>{2, 2, 1, 1}));
+  EXPECT_EQ(s.drafted_per_pos, (std::vector<int64_t>{3, 3, 2, 2}));
+  const auto per_pos = s.acceptance_per_position();
+  EXPECT_DOUBLE_EQ(per_pos[0], 2.0 / 3.0);
+  SpecStats t;
+  t.RecordStep(1, 1, {});
+  s.Merge(t);
+  EXPECT_EQ(s.num_drafts, 4);
+  EXPECT_EQ(s.accepted_per_pos[0], 3);
+  const auto j = s.ToJson();
+  EXPECT_EQ(j["accepted"], 7);
+  EXPECT_DOUBLE_EQ(j["tau"].get<double>(), 1.0 + 7.0 / 4.0);
+}
+
+TEST(Scheduler, FixedModeCapsAndCutsOnConfidence) {
+  ScheduleOptions o;
+  o.n_max = 5;
+  o.p_min = 0.5f;
+  DraftScheduler s(o, CostModel());
+  EXPECT_EQ(s.Budget(100), 5);
+  EXPECT_EQ(s.Budget(3), 3);
+  Draft d;
+  d.tokens = {1, 2, 3, 4};
+  d.survival = {0.9f, 0.81f, 0.3f, 0.2f};  // own confidences 0.9, 0.9, 0.37, 0.67
+  EXPECT_EQ(s.Cut(d), 2);
+  o.n_min = 3;
+  DraftScheduler strict(o, CostModel());
+  EXPECT_EQ(strict.Cut(d), 0);
+}
+
+TEST(Scheduler, AdaptivePicksLongDraftsWhenVerificationIsCheapAndNoneWhenAcceptanceIsZero) {
+  ScheduleOptions o;
+  o.n_max = 8;
+  o.adaptive = true;
+  // Verifying 9 rows costs barely more than 1 (weights read once per pass).
+  DraftScheduler s(o, CostModel({10, 10.5, 11, 11.5, 12, 12.5, 13, 13.5, 14}));
+  for (int i = 0; i < 50; ++i) s.Observe(8, 8, 1.0);
+  EXPECT_EQ(s.Budget(100), 8);
+  // A drafter that is never right, with costly verification: plain decoding, with rare probes.
+  DraftScheduler bad(o, CostModel({10, 20, 30, 40, 50, 60, 70, 80, 90}));
+  for (int i = 0; i < 100; ++i) bad.Observe(2, 0, 5.0);
+  int drafted_steps = 0;
+  for (int i = 0; i < 64; ++i) drafted_steps += bad.Budget(100) > 0;
+  EXPECT_LE(drafted_steps, 8);
+}
+
+}  // namespace
+}  // namespace dspark

@@ -1,0 +1,332 @@
+// Speculative decoding is lossless: greedy output equals plain decoding token for token for every
+// drafter, draft length, prompt, a nearly full context, and EOS / stop strings inside a draft;
+// sampled output equals plain sampling in distribution (χ²). Runs on tiny random-weight models.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "model/testing/tiny_models.h"
+#include "spec/drafters/draft_model.h"
+#include "spec/drafters/factory.h"
+#include "spec/drafters/ngram.h"
+#include "spec/drafters/synthetic.h"
+#include "spec/engine.h"
+
+namespace dspark {
+namespace {
+
+struct Loaded {
+  std::shared_ptr<const gguf::File> file;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tok;
+};
+
+Loaded Load(const std::string& path) {
+  Loaded l;
+  auto f = gguf::File::Open(path);
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  l.file = std::move(*f);
+  auto m = Model::FromFile(l.file);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  l.model = std::move(*m);
+  auto t = Tokenizer::FromGguf(*l.file);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  l.tok = std::move(*t);
+  return l;
+}
+
+// Plain greedy decoding written independently of the engine: one Forward per token.
+std::vector<int32_t> ReferenceGreedy(Model& m, ThreadPool& pool, const std::vector<int32_t>& prompt, int n, int n_ctx) {
+  KvCache cache(m.config(), 1, n_ctx);
+  Batch b;
+  for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], static_cast<int>(i), 0, i + 1 == prompt.size());
+  auto out = m.Forward(b, cache, pool);
+  std::vector<int32_t> gen;
+  int pos = static_cast<int>(prompt.size());
+  while (static_cast<int>(gen.size()) < n) {
+    const int32_t t = Argmax(out->logits.data(), m.config().n_vocab);
+    gen.push_back(t);
+    if (pos >= n_ctx || static_cast<int>(gen.size()) == n) break;
+    Batch one;
+    one.Add(t, pos++, 0, true);
+    out = m.Forward(one, cache, pool);
+  }
+  return gen;
+}
+
+class Lossless : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    SynthSpec target = testing::TinySpec("qwen3", DType::kF32);
+    target.seed = 11;
+    // An untied head keeps the model from echoing its input, so greedy output is varied.
+    target.tied_embeddings = false;
+    target.embedding_gain = 2.0f;
+    target_path_ = testing::WriteTiny(target, "lossless_target");
+    SynthSpec other = target;
+    other.seed = 12;
+    other.n_layer = 1;
+    other_path_ = testing::WriteTiny(other, "lossless_other");
+    SynthSpec q8 = target;
+    q8.matrix_type = DType::kQ8_0;
+    q8_path_ = testing::WriteTiny(q8, "lossless_q8");
+  }
+  void SetUp() override { target_ = Load(target_path_); }
+
+  std::unique_ptr<Drafter> DraftModel(const std::string& path, int n_ctx) {
+    Loaded d = Load(path);
+    auto dr = DraftModelDrafter::Create(std::move(d.model), *d.tok, *target_.tok, pool_, n_ctx, 16);
+    EXPECT_TRUE(dr.ok()) << dr.status().message();
+    return std::move(*dr);
+  }
+
+  GenerateResult Run(Drafter* drafter, const std::vector<int32_t>& prompt, int n, int n_max, int n_ctx = 256,
+                     SamplingParams sampling = {}, std::vector<std::string> stop = {}) {
+    ScheduleOptions so;
+    so.n_max = n_max;
+    SpeculativeEngine engine(*target_.model, *target_.tok, pool_, n_ctx, drafter, so);
+    GenerateOptions go;
+    go.max_new_tokens = n;
+    go.sampling = sampling;
+    go.stop = std::move(stop);
+    auto r = engine.GenerateFromIds(prompt, go);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? std::move(*r) : GenerateResult{};
+  }
+
+  static std::vector<int32_t> Prompt(int variant) {
+    std::vector<int32_t> p = {1};
+    for (int i = 0; i < 6 + variant * 5; ++i) p.push_back(3 + (i * (17 + variant * 6) + variant) % 280);
+    if (variant == 2)  // repeat-heavy: lets the n-gram drafter find matches
+      for (int r = 0; r < 2; ++r) p.insert(p.end(), p.begin() + 1, p.begin() + 9);
+    return p;
+  }
+
+  static inline std::string target_path_, other_path_, q8_path_;
+  Loaded target_;
+  ThreadPool pool_{2};
+};
+
+TEST_F(Lossless, GreedyEqualsPlainForEveryDrafterAndDraftLength) {
+  const int n = 40;
+  for (int variant = 0; variant < 3; ++variant) {
+    const auto prompt = Prompt(variant);
+    const auto want = ReferenceGreedy(*target_.model, pool_, prompt, n, 256);
+    // The test is only meaningful if the model does not just repeat one token.
+    ASSERT_GE(std::set<int32_t>(want.begin(), want.end()).size(), 5u);
+    ASSERT_EQ(Run(nullptr, prompt, n, 1).ids, want) << "plain engine, prompt " << variant;
+    std::vector<int32_t> reference = prompt;
+    reference.insert(reference.end(), want.begin(), want.end());
+    for (int n_max : {1, 2, 3, 5, 8, 16}) {
+      std::map<std::string, std::unique_ptr<Drafter>> drafters;
+      drafters["draft-same"] = DraftModel(target_path_, 256);
+      drafters["draft-other"] = DraftModel(other_path_, 256);
+      drafters["draft-q8"] = DraftModel(q8_path_, 256);
+      drafters["ngram"] = std::make_unique<NgramDrafter>(NgramOptions{1, 3});
+      drafters["synthetic"] = std::make_unique<SyntheticDrafter>(reference, target_.model->config().n_vocab, 0.6);
+      for (auto& [name, d] : drafters) {
+        const GenerateResult r = Run(d.get(), prompt, n, n_max);
+        ASSERT_EQ(r.ids, want) << name << " n_max " << n_max << " prompt " << variant;
+        if (name == "draft-same") EXPECT_EQ(r.stats.num_accepted_tokens, r.stats.num_draft_tokens) << n_max;
+        EXPECT_LE(r.stats.num_target_calls, 1 + n);  // never more passes than plain decoding
+      }
+    }
+  }
+}
+
+TEST_F(Lossless, NearlyFullContextStopsWhereReferenceStops) {
+  const auto prompt = Prompt(1);
+  const int n_ctx = static_cast<int>(prompt.size()) + 13;
+  const auto want = ReferenceGreedy(*target_.model, pool_, prompt, 100, n_ctx);
+  for (int n_max : {1, 4, 16}) {
+    auto d = DraftModel(target_path_, n_ctx);
+    const GenerateResult r = Run(d.get(), prompt, 100, n_max, n_ctx);
+    EXPECT_EQ(r.ids, want) << n_max;
+    EXPECT_EQ(r.stop_reason, "context");
+  }
+}
+
+TEST_F(Lossless, StopStringInsideADraftEndsWhereReferenceEnds) {
+  const auto prompt = Prompt(0);
+  const GenerateResult plain = Run(nullptr, prompt, 30, 1);
+  // A stop string made of the text of generated tokens 6 and 7.
+  const std::string stop = target_.tok->TokenToPiece(plain.ids[6]) + target_.tok->TokenToPiece(plain.ids[7]);
+  const GenerateResult p2 = Run(nullptr, prompt, 30, 1, 256, {}, {stop});
+  ASSERT_EQ(p2.stop_reason, "stop");
+  auto d = DraftModel(target_path_, 256);
+  const GenerateResult r = Run(d.get(), prompt, 30, 16, 256, {}, {stop});
+  EXPECT_EQ(r.stop_reason, "stop");
+  EXPECT_EQ(r.text, p2.text);
+  EXPECT_EQ(r.ids, p2.ids);
+}
+
+TEST_F(Lossless, EosInsideADraftEndsWhereReferenceEnds) {
+  const auto prompt = Prompt(0);
+  const GenerateResult plain = Run(nullptr, prompt, 30, 1);
+  // Rewrite the target so that the 9th generated token is its end-of-sequence token.
+  auto f = gguf::File::Open(target_path_);
+  ASSERT_TRUE(f.ok());
+  gguf::Writer w;
+  w.CopyMetadataFrom(**f);
+  w.SetU32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(plain.ids[8]));
+  for (const auto& t : (*f)->tensors())
+    ASSERT_TRUE(w.AddTensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes)).ok());
+  const std::string eos_path = std::string(::testing::TempDir()) + "dspark_lossless_eos.gguf";
+  ASSERT_TRUE(w.WriteFile(eos_path).ok());
+  target_ = Load(eos_path);
+  const GenerateResult p2 = Run(nullptr, prompt, 30, 1);
+  ASSERT_EQ(p2.stop_reason, "eos");
+  ASSERT_LE(p2.ids.size(), 8u);
+  for (int n_max : {4, 16}) {
+    auto d = DraftModel(eos_path, 256);
+    const GenerateResult r = Run(d.get(), prompt, 30, n_max);
+    EXPECT_EQ(r.stop_reason, "eos");
+    EXPECT_EQ(r.ids, p2.ids);
+  }
+}
+
+// A drafter that fails on its third proposal: the request must finish with plain decoding and
+// lose or duplicate no token.
+class FailingDrafter final : public Drafter {
+ public:
+  explicit FailingDrafter(Drafter* inner) : inner_(inner) {}
+  std::string_view Name() const override { return "failing"; }
+  Status Begin(int seq) override { return inner_->Begin(seq); }
+  Result<Draft> Propose(int seq, std::span<const int32_t> ctx, const DraftParams& p, Rng& rng) override {
+    if (++calls_ == 3) return Status(StatusCode::kResourceExhausted, "drafter out of memory");
+    return inner_->Propose(seq, ctx, p, rng);
+  }
+
+ private:
+  Drafter* inner_;
+  int calls_ = 0;
+};
+
+TEST_F(Lossless, FailingDrafterFallsBackToPlainWithoutLosingTokens) {
+  const auto prompt = Prompt(1);
+  const auto want = ReferenceGreedy(*target_.model, pool_, prompt, 30, 256);
+  auto inner = DraftModel(other_path_, 256);
+  FailingDrafter failing(inner.get());
+  const GenerateResult r = Run(&failing, prompt, 30, 4);
+  EXPECT_EQ(r.ids, want);
+  EXPECT_EQ(r.stats.num_fallbacks, 1);
+}
+
+TEST_F(Lossless, MismatchedVocabularyIsRefusedNamingTheToken) {
+  SynthSpec spec = testing::TinySpec("qwen3", DType::kF32, 280);
+  const std::string small = testing::WriteTiny(spec, "lossless_smallvocab");  // 20 tokens fewer: padding, accepted
+  Loaded s = Load(small);
+  EXPECT_TRUE(CheckVocabCompatible(*s.tok, *target_.tok).ok());
+  // Same size, one token renamed.
+  auto f = gguf::File::Open(target_path_);
+  ASSERT_TRUE(f.ok());
+  auto tokens = *(*f)->GetStringArray("tokenizer.ggml.tokens");
+  tokens[77] = "renamed";
+  gguf::Writer w;
+  w.CopyMetadataFrom(**f);
+  w.Set("tokenizer.ggml.tokens", gguf::Value::StringArray(tokens));
+  for (const auto& t : (*f)->tensors())
+    ASSERT_TRUE(w.AddTensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes)).ok());
+  const std::string bad = std::string(::testing::TempDir()) + "dspark_lossless_badvocab.gguf";
+  ASSERT_TRUE(w.WriteFile(bad).ok());
+  Loaded b = Load(bad);
+  Status st = CheckVocabCompatible(*b.tok, *target_.tok);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("at id 77"), std::string::npos) << st.message();
+  DrafterConfig cfg;
+  cfg.type = "draft-simple";
+  cfg.draft_model = bad;
+  EXPECT_FALSE(CreateDrafter(cfg, *target_.model, *target_.tok, pool_, 256).ok());
+  cfg.type = "tree-of-thought";
+  auto unknown = CreateDrafter(cfg, *target_.model, *target_.tok, pool_, 256);
+  EXPECT_NE(unknown.status().message().find("unknown --spec-type"), std::string::npos);
+}
+
+// χ² two-sample statistic over the joint distribution of the first `len` generated tokens.
+double TwoSampleChi2(const std::map<std::vector<int32_t>, int>& a, const std::map<std::vector<int32_t>, int>& b,
+                     int* dof) {
+  std::map<std::vector<int32_t>, std::pair<int, int>> all;
+  for (auto& [k, v] : a) all[k].first += v;
+  for (auto& [k, v] : b) all[k].second += v;
+  // Pool rare outcomes so expected counts stay >= 5.
+  std::pair<int, int> rare{0, 0};
+  double chi = 0;
+  int cells = 0;
+  auto add = [&](std::pair<int, int> c) {
+    const double n = c.first + c.second;
+    if (n == 0) return;
+    const double ea = n / 2, eb = n / 2;  // equal sample sizes
+    chi += (c.first - ea) * (c.first - ea) / ea + (c.second - eb) * (c.second - eb) / eb;
+    ++cells;
+  };
+  for (auto& [k, c] : all) {
+    if (c.first + c.second < 20) {
+      rare.first += c.first;
+      rare.second += c.second;
+    } else {
+      add(c);
+    }
+  }
+  add(rare);
+  *dof = cells - 1;
+  return chi;
+}
+
+// Upper 99.9% quantile of χ² with `dof` degrees of freedom (Wilson-Hilferty approximation).
+double Chi2Critical(int dof) {
+  const double z = 3.09;
+  const double k = dof;
+  const double t = 1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k));
+  return k * t * t * t;
+}
+
+TEST(LosslessSampling, SpeculativeSamplingMatchesPlainInDistribution) {
+  // A 16-token vocabulary keeps the joint distribution of two tokens small enough to test.
+  SynthSpec spec = testing::TinySpec("qwen3", DType::kF32, 16);
+  spec.embedding_gain = 1.0f;  // flat output distributions: many outcomes, many rejections
+  spec.seed = 21;
+  const std::string target_path = testing::WriteTiny(spec, "chi_target");
+  spec.seed = 22;
+  const std::string draft_path = testing::WriteTiny(spec, "chi_draft");
+  Loaded target = Load(target_path);
+  ThreadPool pool(1);
+  Loaded draft = Load(draft_path);
+  auto drafter = DraftModelDrafter::Create(std::move(draft.model), *draft.tok, *target.tok, pool, 64, 8);
+  ASSERT_TRUE(drafter.ok());
+  ScheduleOptions so;
+  so.n_max = 3;
+  SpeculativeEngine plain(*target.model, *target.tok, pool, 64);
+  SpeculativeEngine spec_engine(*target.model, *target.tok, pool, 64, drafter->get(), so);
+  for (const SamplingParams base : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 0}, SamplingParams{0.8f, 6, 0.9f, 0.02f, 0}}) {
+    std::map<std::vector<int32_t>, int> a, b;
+    const int trials = 3000;
+    GenerateOptions go;
+    go.max_new_tokens = 3;
+    go.ignore_eos = true;
+    go.sampling = base;
+    int64_t drafted = 0, accepted = 0;
+    for (int t = 0; t < trials; ++t) {
+      go.sampling.seed = 1000 + t;
+      auto ra = plain.GenerateFromIds({1, 5, 9}, go);
+      go.sampling.seed = 900000 + t;
+      auto rb = spec_engine.GenerateFromIds({1, 5, 9}, go);
+      ASSERT_TRUE(ra.ok() && rb.ok());
+      // Tokens 2 and 3 come out of verification (token 1 is sampled after prefill).
+      ++a[{ra->ids[1], ra->ids[2]}];
+      ++b[{rb->ids[1], rb->ids[2]}];
+      drafted += rb->stats.num_draft_tokens;
+      accepted += rb->stats.num_accepted_tokens;
+    }
+    ASSERT_GT(drafted, 0);
+    ASSERT_GT(accepted, 0);
+    ASSERT_LT(accepted, drafted);  // rejections happened, so the residual path was exercised
+    int dof = 0;
+    const double chi = TwoSampleChi2(a, b, &dof);
+    EXPECT_LT(chi, Chi2Critical(dof)) << "dof " << dof << " temperature " << base.temperature;
+  }
+}
+
+}  // namespace
+}  // namespace dspark
