@@ -72,7 +72,9 @@ def causal_attention(q, k, v):
     att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
     mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
     att = att.masked_fill(mask, float("-inf"))
-    return torch.softmax(att.float(), dim=-1).to(q.dtype) @ v
+    # softmax accumulates in float32 internally for bf16 inputs; no explicit upcast (it costs a
+    # copy of the [B, H, T, T] scores, the largest tensor of the step)
+    return torch.softmax(att, dim=-1) @ v
 
 
 class Attention(nn.Module):

@@ -132,6 +132,8 @@ def main(argv=None):
             "config": cfg.to_dict(), "model": model.state_dict(), "optimizer": opt.state_dict(),
             "rng": tu.rng_state(), "step": step, "tokens": tokens, "args": vars(a)})
 
+    # On CPU, bf16 runs as a pure-bf16 replica (see trainutil.LowPrecisionReplica); on CUDA, autocast.
+    replica = tu.LowPrecisionReplica(model) if (amp is not None and dev.type == "cpu") else None
     model.train()
     while step < total_steps and not stop.stop:
         long = a.long_every > 0 and step % a.long_every == a.long_every - 1
@@ -141,11 +143,17 @@ def main(argv=None):
         lr = tu.cosine_lr(step, a.lr, a.min_lr, a.warmup_steps, total_steps)
         for g in opt.param_groups:
             g["lr"] = lr
-        with tu.autocast(dev, amp):
-            logits = model(x[:, :-1])
-        loss = F.cross_entropy(logits.float().view(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
+        if replica is not None:
+            replica.pull()
+            logits = replica.fast(x[:, :-1])
+        else:
+            with tu.autocast(dev, amp):
+                logits = model(x[:, :-1])
+        loss = F.cross_entropy(logits.float().view(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
         loss.backward()
+        if replica is not None:
+            replica.push_grads()
         torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
         opt.step()
         step += 1
@@ -159,7 +167,11 @@ def main(argv=None):
             if line:
                 print(line, flush=True)
         if step % a.eval_every == 0 or step == total_steps:
-            vt, vc = evaluate(model, val, val_chars, dev, amp, cfg.n_ctx)
+            if replica is not None:
+                replica.pull()
+                vt, vc = evaluate(replica.fast, val, val_chars, dev, None, cfg.n_ctx)
+            else:
+                vt, vc = evaluate(model, val, val_chars, dev, amp, cfg.n_ctx)
             vlog.row(step=step, tokens=tokens, val_nats_per_token=f"{vt:.4f}", val_nats_per_char=f"{vc:.4f}",
                      time=int(time.time()))
             print(f"eval step {step}: val {vt:.4f} nats/token, {vc:.4f} nats/char", flush=True)

@@ -31,6 +31,37 @@ def setup_device(threads: int = 2, dtype: str = "auto"):
     return dev, (torch.bfloat16 if dtype == "bf16" else None)
 
 
+class LowPrecisionReplica:
+    """bf16 copy of an fp32 model for CPU training ("pure" bf16 with fp32 master weights).
+
+    CPU autocast re-casts activations around every op, and those copies cost more than the bf16
+    matmuls save; running the whole replica in bf16 is ~1.5x faster. The optimizer and the
+    checkpoint keep the fp32 master model; gradients are copied back to it after backward.
+    Norm statistics and softmax still accumulate in float32 inside the ops."""
+
+    def __init__(self, master, dtype=torch.bfloat16):
+        import copy
+        self.master = master
+        self.fast = copy.deepcopy(master).to(dtype)
+        # Buffers (RoPE tables) stay float32: only parameters and activations go low precision.
+        for mod_f, mod_m in zip(self.fast.modules(), master.modules()):
+            for k, b in mod_m._buffers.items():
+                if b is not None:
+                    mod_f._buffers[k] = b
+        self.pairs = list(zip(self.fast.parameters(), master.parameters()))
+
+    def pull(self):
+        with torch.no_grad():
+            for f, m in self.pairs:
+                f.copy_(m)
+
+    def push_grads(self):
+        with torch.no_grad():
+            for f, m in self.pairs:
+                m.grad = None if f.grad is None else f.grad.float()
+                f.grad = None
+
+
 def autocast(dev, amp_dtype):
     if amp_dtype is None:
         return torch.autocast(dev.type, enabled=False)

@@ -124,3 +124,22 @@ class TestQwen3Export(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestDecode(unittest.TestCase):
+    def test_cached_matches_full(self):
+        import decode
+        torch.manual_seed(0)
+        m = Qwen3(TINY).eval()
+        ids = torch.randint(4, 4096, (1, 30))
+        with torch.no_grad():
+            full = m(ids)
+        cache = decode.KVCache(TINY.n_layer)
+        parts = [decode.forward_cached(m, ids[:, a:b], cache) for a, b in [(0, 11), (11, 12), (12, 30)]]
+        torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-4, rtol=1e-4)
+        g = decode.greedy(m, ids[0, :10].tolist(), 8, stop_ids=())
+        seq = ids[0, :10].tolist()
+        for _ in range(8):
+            with torch.no_grad():
+                seq.append(int(m(torch.tensor([seq]))[0, -1].argmax()))
+        self.assertEqual(g, seq[10:])
