@@ -62,10 +62,13 @@ const WeightSet& Weights(DType type, int64_t rows, int64_t cols) {
   return ws;
 }
 
-void BM_MatMul(benchmark::State& state, DType type, int64_t rows, int64_t cols) {
+// hot = true: one copy of the weights, resident in L2 after the first iteration, so the time is
+// the kernel's compute cost (what decode costs once DRAM is fast enough).
+void BM_MatMul(benchmark::State& state, DType type, int64_t rows, int64_t cols, bool hot) {
   const int64_t m = state.range(0);
   const int threads = static_cast<int>(state.range(1));
   const WeightSet& ws = Weights(type, rows, cols);
+  const int copies = hot ? 1 : ws.copies;
   std::vector<float> x(m * cols), y(m * rows);
   std::mt19937 rng(1);
   std::normal_distribution<float> dist;
@@ -76,7 +79,7 @@ void BM_MatMul(benchmark::State& state, DType type, int64_t rows, int64_t cols) 
     const ops::WeightView w{ws.data.data() + c * ws.bytes, type, rows, cols};
     ops::MatMul(w, x.data(), m, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
-    c = (c + 1) % ws.copies;
+    c = (c + 1) % copies;
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * ws.bytes);
   state.counters["GFLOPS"] = benchmark::Counter(2.0 * m * rows * cols * state.iterations() / 1e9,
@@ -135,11 +138,15 @@ void RegisterAll() {
   for (DType t : types) {
     for (const Shape& s : shapes) {
       const std::string name = std::string("MatMul/") + std::string(DTypeName(t)) + "/" + s.name;
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, t, s.rows, s.cols);
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, t, s.rows, s.cols, false);
       b->ArgNames({"m", "threads"})->UseRealTime();
       for (int threads : {1, 2})
         for (int64_t m : {1, 2, 4, 8, 16, 512}) b->Args({m, threads});
     }
+    const std::string hot = std::string("MatMulHot/") + std::string(DTypeName(t)) + "/l2_1024x1024";
+    auto* b = benchmark::RegisterBenchmark(hot.c_str(), BM_MatMul, t, 1024, 1024, true);
+    b->ArgNames({"m", "threads"})->UseRealTime();
+    for (int64_t m : {1, 2, 4, 8, 16}) b->Args({m, 1});
   }
 }
 

@@ -38,6 +38,9 @@ inline constexpr int64_t kTileRows = 16;
 inline constexpr int64_t kLanesMinM = 3;
 // Weight rows decoded and applied together by the lane-tile kernel.
 inline constexpr int kRowTile = 8;
+// Software prefetch of the next row tile inside the row-dot kernel.
+inline constexpr bool kNaturalPrefetch = false;
+inline constexpr bool kLanesPrefetch = false;
 
 // Quantised activations of one MatMul call, in the layouts the kernels read.
 struct QuantActs {
@@ -142,28 +145,39 @@ inline float DotNaturalGeneric(const uint8_t* HWY_RESTRICT u, const float* HWY_R
   return hn::GetLane(hn::SumOfLanes(df, facc));
 }
 
-// Decode buffers of one worker thread: kRowTile rows of bytes and scales.
+// Decode buffers of one worker thread: kRowTile rows in plain layout (row-dot kernels) and one
+// tile in the interleaved layout of the lane-tile kernel.
 struct DecodeBuffers {
   uint8_t* u[kRowTile];
   float* dsc[kRowTile];
   float* msc[kRowTile];
+  uint8_t* ut;  // [nsub][kRowTile][sub]
+  float* dt;    // [nsub][kRowTile]
+  float* mt;    // [nsub][kRowTile]
 };
 
 inline DecodeBuffers GetDecodeBuffers(int64_t cols_pad, int64_t nsub, int64_t cols, int sub) {
   thread_local kernels::ScratchBuffer buf;
   const size_t u_bytes = cols_pad, f_bytes = kernels::RoundUp(nsub * sizeof(float), 64);
   const size_t per_row = u_bytes + 2 * f_bytes;
-  auto* base = static_cast<uint8_t*>(buf.Get(kRowTile * per_row));
+  auto* base = static_cast<uint8_t*>(buf.Get(2 * kRowTile * per_row));
   DecodeBuffers b;
+  const int64_t full = cols / sub;  // sub-blocks the decoders write; the rest is padding
   for (int r = 0; r < kRowTile; ++r) {
     uint8_t* p = base + r * per_row;
     b.u[r] = p;
     b.dsc[r] = reinterpret_cast<float*>(p + u_bytes);
     b.msc[r] = reinterpret_cast<float*>(p + u_bytes + f_bytes);
-    // Padding decodes as q = 0 with zero scales; decoders never write past cols.
+    // Padding decodes as q = 0 with zero scales.
     std::memset(b.u[r] + cols, 128, cols_pad - cols);
-    for (int64_t s = cols / sub; s < nsub; ++s) b.dsc[r][s] = b.msc[r][s] = 0.f;
+    for (int64_t s = full; s < nsub; ++s) b.dsc[r][s] = b.msc[r][s] = 0.f;
   }
+  uint8_t* t = base + kRowTile * per_row;
+  b.ut = t;
+  b.dt = reinterpret_cast<float*>(t + kRowTile * u_bytes);
+  b.mt = reinterpret_cast<float*>(t + kRowTile * (u_bytes + f_bytes));
+  std::memset(b.ut + full * kRowTile * sub, 128, (nsub - full) * kRowTile * sub);
+  for (int64_t i = full * kRowTile; i < nsub * kRowTile; ++i) b.dt[i] = b.mt[i] = 0.f;
   return b;
 }
 
@@ -230,8 +244,15 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
       const int nr = static_cast<int>(std::min<int64_t>(kRowTile, rows - r0));
       for (int r = 0; r < nr; ++r) {
         const void* row = static_cast<const uint8_t*>(w.data) + (r0 + r) * row_bytes;
-        tt.decode(row, cols, DecodedRow{db.u[r], db.dsc[r], db.msc[r]});
+        const DecodedRow plain{db.u[r], db.dsc[r], db.msc[r], tt.sub, 1};
+        const DecodedRow tiled{db.ut + r * tt.sub, db.dt + r, db.mt + r, kRowTile * tt.sub, kRowTile};
+        tt.decode(row, cols, use_lanes ? tiled : plain);
       }
+      // The next row tile, prefetched while this one computes.
+      [[maybe_unused]] const uint8_t* pf =
+          r0 + nr < rows ? static_cast<const uint8_t*>(w.data) + (r0 + nr) * row_bytes : nullptr;
+      [[maybe_unused]] const int64_t pf_bytes =
+          pf ? std::min<int64_t>(kRowTile, rows - r0 - nr) * static_cast<int64_t>(row_bytes) : 0;
 #if DSPARK_HAVE_VNNI
       if (use_lanes) {
         HWY_ALIGN float out[kRowTile * kTileRows];
@@ -242,12 +263,15 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
           int r = 0;
           const auto run = [&](auto r_tag) {
             constexpr int kR = decltype(r_tag)::value;
+            // Prefetch once per row tile (during the first activation tile).
+            const uint8_t* tpf = (kLanesPrefetch && t == 0 && r == 0) ? pf : nullptr;
+            const uint8_t* ut = db.ut + r * tt.sub;
             if (tt.sub == 16) {
-              LanesTileVnni<kR, 16, false>(db.u + r, db.dsc + r, db.msc + r, at, qa.nsub, out);
+              LanesTileVnni<kR, kRowTile, 16, false>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
             } else if (tt.has_min) {
-              LanesTileVnni<kR, 32, true>(db.u + r, db.dsc + r, db.msc + r, at, qa.nsub, out);
+              LanesTileVnni<kR, kRowTile, 32, true>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
             } else {
-              LanesTileVnni<kR, 32, false>(db.u + r, db.dsc + r, db.msc + r, at, qa.nsub, out);
+              LanesTileVnni<kR, kRowTile, 32, false>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
             }
             // Transpose to y's layout: one contiguous kR-float store per activation row.
             for (int64_t l = 0; l < mt; ++l) {
@@ -268,9 +292,13 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
           [[maybe_unused]] const float* da = qa.da + j * qa.nsub;
 #if DSPARK_HAVE_VNNI
           const int32_t* corr = qa.corr + j * (qa.cols_pad / 4);
+          // Spread the next tile's prefetch over this tile's rows (first activation row only).
+          const int64_t share = (pf_bytes / nr + 63) & ~int64_t{63};
+          const uint8_t* rpf = (kNaturalPrefetch && j == 0 && pf && r * share < pf_bytes) ? pf + r * share : nullptr;
+          const int64_t rpf_bytes = rpf ? std::min(share, pf_bytes - r * share) : 0;
           float v = tt.sub == 16
-                        ? DotNaturalVnni<16>(db.u[r], db.dsc[r], a, corr, da, qa.cols_pad)
-                        : DotNaturalVnni<32>(db.u[r], db.dsc[r], a, corr, da, qa.cols_pad);
+                        ? DotNaturalVnni<16>(db.u[r], db.dsc[r], a, corr, da, qa.cols_pad, rpf, rpf_bytes)
+                        : DotNaturalVnni<32>(db.u[r], db.dsc[r], a, corr, da, qa.cols_pad, rpf, rpf_bytes);
 #else
           float v = DotNaturalGeneric(db.u[r], db.dsc[r], a, da, qa.nsub, tt.sub);
 #endif

@@ -59,17 +59,24 @@ DSPARK_VNNI_ATTR HWY_INLINE __m512 LaneScales(const float* dsc, const float* da)
 //   u: [cols_pad] decoded weights (q + 128), 64-byte aligned; dsc: [cols_pad / kSub]
 //   a: [cols_pad] activation bytes; corr: [cols_pad / 4] -128 * (sum of each dword of a)
 //   da: [cols_pad / kSub] activation scale per sub-block
+//   pf, pf_bytes: weight bytes to prefetch while computing (the next row), spread over the loop so
+//   DRAM keeps streaming during compute instead of only while decoding.
 template <int kSub>
 DSPARK_VNNI_ATTR inline float DotNaturalVnni(const uint8_t* HWY_RESTRICT u,
                                              const float* HWY_RESTRICT dsc,
                                              const int8_t* HWY_RESTRICT a,
                                              const int32_t* HWY_RESTRICT corr,
-                                             const float* HWY_RESTRICT da, int64_t cols_pad) {
+                                             const float* HWY_RESTRICT da, int64_t cols_pad,
+                                             const uint8_t* pf, int64_t pf_bytes) {
   constexpr int kSubsPer64 = 64 / kSub;
   __m512 f0 = _mm512_setzero_ps(), f1 = _mm512_setzero_ps();
   int64_t k = 0;
+  const int64_t pf_step = pf ? (pf_bytes * 128 / cols_pad + 63) & ~int64_t{63} : 0;
+  int64_t pf_off = 0;
   // Two independent chains per iteration: dpbusd latency is 5 cycles, cvt+fma another 8.
   for (; k + 128 <= cols_pad; k += 128) {
+    for (int64_t e = pf_off + pf_step; pf_off < e && pf_off < pf_bytes; pf_off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(pf + pf_off), _MM_HINT_T0);
     __m512i acc0 = _mm512_load_si512(corr + k / 4);
     __m512i acc1 = _mm512_load_si512(corr + k / 4 + 16);
     acc0 = _mm512_dpbusd_epi32(acc0, _mm512_load_si512(u + k), _mm512_load_si512(a + k));
@@ -96,38 +103,49 @@ struct ActTileView {
   const float* asum;    // [nsub][16]  da * Σ_sub a (for min terms)
 };
 
-// out[r][l] = Σ_s dsc[r][s]·da[s][l]·isum(r, l, s) (+ msc[r][s]·asum[s][l]) for R weight rows.
+// out[r][l] = Σ_s dsc[r][s]·da[s][l]·isum(r, l, s) (+ msc[r][s]·asum[s][l]) for R weight rows
+// of a decoded tile in the interleaved layout (matmul_decode-inl.h): sub-block s of row r at
+// ut[(s * kTile + r) * kSub], its scales at dt/mt[s * kTile + r]. One base pointer per array
+// keeps the 8-row loop free of pointer spills (24 row pointers would exhaust the GPRs).
 // Register budget: R int32 + R float accumulators + activation vector + broadcast temporaries;
-// R = 8 uses 18 of 32 zmm registers and amortises each activation load over 8 dpbusd.
-template <int R, int kSub, bool kMin>
-DSPARK_VNNI_ATTR inline void LanesTileVnni(const uint8_t* const* u, const float* const* dsc,
-                                           const float* const* msc, const ActTileView& at,
-                                           int64_t nsub, float* HWY_RESTRICT out) {
+// R = 8 uses ~18 of 32 zmm registers and amortises each activation load over 8 dpbusd.
+template <int R, int kTile, int kSub, bool kMin>
+DSPARK_VNNI_ATTR inline void LanesTileVnni(const uint8_t* HWY_RESTRICT ut,
+                                           const float* HWY_RESTRICT dt,
+                                           const float* HWY_RESTRICT mt, const ActTileView& at,
+                                           int64_t nsub, float* HWY_RESTRICT out,
+                                           const uint8_t* pf, int64_t pf_bytes) {
   __m512 f[R];
   for (int r = 0; r < R; ++r) f[r] = _mm512_setzero_ps();
+  const int64_t pf_step = pf ? (pf_bytes / nsub + 64) & ~int64_t{63} : 0;
+  int64_t pf_off = 0;
   for (int64_t s = 0; s < nsub; ++s) {
+    for (int64_t e = pf_off + pf_step; pf_off < e && pf_off < pf_bytes; pf_off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(pf + pf_off), _MM_HINT_T0);
     const __m512i init = _mm512_load_si512(at.corr + 16 * s);
     __m512i acc[R];
     for (int r = 0; r < R; ++r) acc[r] = init;
     const int8_t* aq = at.q + s * kSub * 16;  // kSub / 4 groups of 64 bytes
-    const int64_t wo = s * kSub;
+    const uint8_t* us = ut + s * kTile * kSub;
 #pragma GCC unroll 8
     for (int g = 0; g < kSub / 4; ++g) {
       const __m512i av = _mm512_load_si512(aq + 64 * g);
       for (int r = 0; r < R; ++r) {
         int32_t wd;
-        std::memcpy(&wd, u[r] + wo + 4 * g, 4);
+        std::memcpy(&wd, us + r * kSub + 4 * g, 4);
         acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(wd), av);
       }
     }
     const __m512 da = _mm512_load_ps(at.da + 16 * s);
+    const float* ds = dt + s * kTile;
     for (int r = 0; r < R; ++r) {
       const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r]), da);
-      f[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(dsc[r][s]), f[r]);
+      f[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(ds[r]), f[r]);
     }
     if constexpr (kMin) {
       const __m512 as = _mm512_load_ps(at.asum + 16 * s);
-      for (int r = 0; r < R; ++r) f[r] = _mm512_fmadd_ps(_mm512_set1_ps(msc[r][s]), as, f[r]);
+      const float* ms = mt + s * kTile;
+      for (int r = 0; r < R; ++r) f[r] = _mm512_fmadd_ps(_mm512_set1_ps(ms[r]), as, f[r]);
     }
   }
   for (int r = 0; r < R; ++r) _mm512_store_ps(out + 16 * r, f[r]);
