@@ -143,7 +143,7 @@ struct DecodedRow {
   int64_t sstride;
 };
 
-inline void DecodeQ8_0(const void* row, int64_t n, const DecodedRow& o) {
+inline void DecodeQ8_0(const void* row, int64_t n, DecodedRow o) {
   const auto* b = static_cast<const BlockQ8_0*>(row);
   for (int64_t i = 0; i < n / 32; ++i) {
     o.dsc[i * o.sstride] = HalfToFloat(b[i].d);
@@ -152,7 +152,7 @@ inline void DecodeQ8_0(const void* row, int64_t n, const DecodedRow& o) {
 }
 
 // q = nibble - 8  ->  u = nibble + 120
-inline void DecodeQ4_0(const void* row, int64_t n, const DecodedRow& o) {
+inline void DecodeQ4_0(const void* row, int64_t n, DecodedRow o) {
   const auto* b = static_cast<const BlockQ4_0*>(row);
   for (int64_t i = 0; i < n / 32; ++i) {
     o.dsc[i * o.sstride] = HalfToFloat(b[i].d);
@@ -162,7 +162,7 @@ inline void DecodeQ4_0(const void* row, int64_t n, const DecodedRow& o) {
 }
 
 // q = nibble, msc = m
-inline void DecodeQ4_1(const void* row, int64_t n, const DecodedRow& o) {
+inline void DecodeQ4_1(const void* row, int64_t n, DecodedRow o) {
   const auto* b = static_cast<const BlockQ4_1*>(row);
   for (int64_t i = 0; i < n / 32; ++i) {
     o.dsc[i * o.sstride] = HalfToFloat(b[i].d);
@@ -175,7 +175,7 @@ inline void DecodeQ4_1(const void* row, int64_t n, const DecodedRow& o) {
 // Fifth bits: bit j of qh -> element j, bit j+16 -> element j+16. kOffset = 128 - 16 (Q5_0,
 // signed) or 128 (Q5_1, with min).
 template <typename Block, int kOffset, bool kHasMin>
-inline void DecodeQ5(const void* row, int64_t n, const DecodedRow& o) {
+inline void DecodeQ5(const void* row, int64_t n, DecodedRow o) {
   const auto* b = static_cast<const Block*>(row);
   for (int64_t i = 0; i < n / 32; ++i) {
     o.dsc[i * o.sstride] = HalfToFloat(b[i].d);
@@ -202,13 +202,23 @@ inline void DecodeKScales(uint16_t d16, uint16_t dmin16, const uint8_t* scales, 
   std::memcpy(m, &m_lo, 4);
   std::memcpy(m + 4, &m_hi, 4);
   const float d = HalfToFloat(d16), dmin = HalfToFloat(dmin16);
+#if DSPARK_DECODE_AVX2
+  if (sstride == 1) {  // plain row layout: 8 contiguous floats each
+    const __m256 vs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+    const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m))));
+    _mm256_storeu_ps(dsc, _mm256_mul_ps(_mm256_set1_ps(d), vs));
+    // -(dmin * m) == (-dmin) * m exactly (negation is exact)
+    _mm256_storeu_ps(msc, _mm256_mul_ps(_mm256_set1_ps(-dmin), vm));
+    return;
+  }
+#endif
   for (int s = 0; s < 8; ++s) {
     dsc[s * sstride] = d * sc[s];
     msc[s * sstride] = -(dmin * m[s]);
   }
 }
 
-inline void DecodeQ4_K(const void* row, int64_t n, const DecodedRow& o) {
+inline void DecodeQ4_K(const void* row, int64_t n, DecodedRow o) {
   const auto* b = static_cast<const BlockQ4_K*>(row);
   for (int64_t i = 0; i < n / 256; ++i) {
     DecodeKScales(b[i].d, b[i].dmin, b[i].scales, o.dsc + 8 * i * o.sstride,
@@ -221,7 +231,7 @@ inline void DecodeQ4_K(const void* row, int64_t n, const DecodedRow& o) {
   }
 }
 
-inline void DecodeQ5_K(const void* row, int64_t n, const DecodedRow& o) {
+inline void DecodeQ5_K(const void* row, int64_t n, DecodedRow o) {
   const auto* b = static_cast<const BlockQ5_K*>(row);
   for (int64_t i = 0; i < n / 256; ++i) {
     DecodeKScales(b[i].d, b[i].dmin, b[i].scales, o.dsc + 8 * i * o.sstride,
@@ -243,7 +253,7 @@ inline void DecodeQ5_K(const void* row, int64_t n, const DecodedRow& o) {
 
 // Sub-blocks of 16: q = q6 - 32 -> u = q6 + 96; dsc = d * scales[s] (signed 8-bit scales).
 // Element 128h + 32k + l (l < 32) lies in sub-block 8h + 2k + l/16.
-inline void DecodeQ6_K(const void* row, int64_t n, const DecodedRow& o) {
+inline void DecodeQ6_K(const void* row, int64_t n, DecodedRow o) {
   const auto* b = static_cast<const BlockQ6_K*>(row);
   for (int64_t i = 0; i < n / 256; ++i) {
     const float d = HalfToFloat(b[i].d);
@@ -262,7 +272,7 @@ inline void DecodeQ6_K(const void* row, int64_t n, const DecodedRow& o) {
   }
 }
 
-using DecodeFn = void (*)(const void* row, int64_t n, const DecodedRow& o);
+using DecodeFn = void (*)(const void* row, int64_t n, DecodedRow o);
 
 struct QuantTraits {
   DecodeFn decode = nullptr;

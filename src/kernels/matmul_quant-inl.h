@@ -40,7 +40,7 @@ inline constexpr int64_t kLanesMinM = 3;
 inline constexpr int kRowTile = 8;
 // Software prefetch of the next row tile inside the row-dot kernel.
 inline constexpr bool kNaturalPrefetch = false;
-inline constexpr bool kLanesPrefetch = false;
+inline constexpr bool kLanesPrefetch = true;
 
 // Quantised activations of one MatMul call, in the layouts the kernels read.
 struct QuantActs {
