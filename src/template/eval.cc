@@ -10,7 +10,15 @@
 namespace dspark::jinja {
 namespace {
 
-constexpr int kMaxDepth = 200;
+// Limits that keep a hostile template (it ships inside a model file) from exhausting the stack,
+// CPU or memory of the server; real chat templates stay orders of magnitude below them.
+constexpr int kMaxDepth = 100;                       // nested macro calls
+constexpr int64_t kMaxSteps = 1'000'000;             // statements and loop iterations per render
+constexpr size_t kMaxOutputBytes = 256u << 20;       // rendered text, and any one repeated string
+
+}  // namespace
+
+namespace {
 
 Status UndefinedError(const Value& v) {
   return InvalidArgument("{}", v.str().empty() ? std::string("value is undefined") : v.str());
@@ -26,7 +34,11 @@ int64_t FloorDiv(int64_t a, int64_t b) {
   return q;
 }
 
-Value Repeat(const Value& seq, int64_t n) {
+Result<Value> Repeat(const Value& seq, int64_t n) {
+  size_t unit = seq.is_string() ? seq.str().size() : seq.list().size() * sizeof(Value);
+  if (n > 0 && unit > 0 && static_cast<uint64_t>(n) > kMaxOutputBytes / unit) {
+    return InvalidArgument("repetition result too large ({} x {})", n, unit);
+  }
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.str();
@@ -186,6 +198,12 @@ Status Interpreter::Exec(const Body& body, std::string* out) {
 }
 
 Status Interpreter::ExecStmt(const Stmt& s, std::string* out) {
+  if (++steps_ > kMaxSteps) {
+    return ErrorAt(s.line, s.column, InvalidArgument("template ran more than {} steps", kMaxSteps));
+  }
+  if (out->size() > kMaxOutputBytes) {
+    return ErrorAt(s.line, s.column, InvalidArgument("template output exceeds {} bytes", kMaxOutputBytes));
+  }
   switch (s.kind) {
     case Stmt::Kind::kText: *out += s.text; return Status::Ok();
     case Stmt::Kind::kOutput: {
@@ -290,22 +308,39 @@ Status Interpreter::ExecFor(const Stmt& s, std::string* out) {
     return Exec(s.else_body, out);
   }
   const auto n = static_cast<int64_t>(items.size());
+  auto index = std::make_shared<int64_t>(0);
+  Value cycle = Value::MakeCallable("cycle", [index](const CallArgs& a) -> Result<Value> {
+    if (a.args.empty()) return InvalidArgument("no items for cycling given");
+    return a.args[static_cast<size_t>(*index) % a.args.size()];
+  });
+  // Like jinja's LoopContext, one object advanced in place on every iteration.
+  Dict loop_fields;
+  for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth",
+                          "depth0", "previtem", "nextitem", "cycle"}) {
+    loop_fields.items.emplace_back(key, Value());
+  }
+  loop_fields.items[6].second = Value(n);
+  loop_fields.items[7].second = Value(1);
+  loop_fields.items[8].second = Value(0);
+  loop_fields.items[11].second = cycle;
+  Value loop = Value::MakeNamespace(std::move(loop_fields));
   for (int64_t i = 0; i < n; ++i) {
+    if (++steps_ > kMaxSteps) {
+      return ErrorAt(s.line, s.column, InvalidArgument("template ran more than {} steps", kMaxSteps));
+    }
+    *index = i;
     ScopeGuard guard(&scope_, scope_);
     DSPARK_TRY(Assign(s.target, items[i], s));
-    Dict loop;
-    loop.items = {{"index", Value(i + 1)},         {"index0", Value(i)},
-                  {"revindex", Value(n - i)},      {"revindex0", Value(n - i - 1)},
-                  {"first", Value(i == 0)},        {"last", Value(i == n - 1)},
-                  {"length", Value(n)},            {"depth", Value(1)},
-                  {"depth0", Value(0)}};
-    if (i > 0) loop.items.emplace_back("previtem", items[i - 1]);
-    if (i + 1 < n) loop.items.emplace_back("nextitem", items[i + 1]);
-    loop.items.emplace_back("cycle", Value::MakeCallable("cycle", [i](const CallArgs& a) -> Result<Value> {
-      if (a.args.empty()) return InvalidArgument("no items for cycling given");
-      return a.args[static_cast<size_t>(i) % a.args.size()];
-    }));
-    guard.scope().vars["loop"] = Value::MakeDict(std::move(loop));
+    Dict& l = loop.mutable_namespace();
+    l.items[0].second = Value(i + 1);
+    l.items[1].second = Value(i);
+    l.items[2].second = Value(n - i);
+    l.items[3].second = Value(n - i - 1);
+    l.items[4].second = Value(i == 0);
+    l.items[5].second = Value(i == n - 1);
+    l.items[9].second = i > 0 ? items[i - 1] : Value::Undefined("'loop' has no previtem");
+    l.items[10].second = i + 1 < n ? items[i + 1] : Value::Undefined("'loop' has no nextitem");
+    guard.scope().vars["loop"] = loop;
     DSPARK_TRY(Exec(s.body, out));
     if (flow_ == Flow::kBreak) {
       flow_ = Flow::kNormal;

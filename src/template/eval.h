@@ -57,7 +57,8 @@ class Interpreter {
   Scope root_;
   Scope* scope_ = &root_;
   Flow flow_ = Flow::kNormal;
-  int depth_ = 0;  // macro / call nesting, bounded to keep the C++ stack safe
+  int depth_ = 0;      // macro / call nesting, bounded to keep the C++ stack safe
+  int64_t steps_ = 0;  // statements executed, bounded against runaway loops
 };
 
 // Items a `for` loop visits: list items, dict keys, string characters; undefined iterates empty.

@@ -17,6 +17,10 @@ bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z
 bool IsNameChar(char c) { return IsNameStart(c) || IsDigit(c); }
 bool IsHex(char c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
+// Bounds the size (and so the depth) of any one expression tree: evaluation recurses over it, and
+// a template arrives inside a model file that may be hostile. Real templates stay under 100.
+constexpr size_t kMaxTokensPerTag = 1000;
+
 // Longest first, so "//" wins over "/".
 constexpr const char* kOperators[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~",
                                       "<",  ">",  "=",  "(",  ")",  "[",  "]", "{", "}", ".", ",", ":",
@@ -136,7 +140,11 @@ class Lexer {
   // *minus / *plus telling whether it carried "-" or "+".
   Status LexTag(bool is_var, size_t open, size_t* pos, bool* minus, bool* plus) {
     const char* close = is_var ? "}}" : "%}";
+    const size_t first_token = tokens_.size();
     while (true) {
+      if (tokens_.size() - first_token > kMaxTokensPerTag) {
+        return Error(open, fmt::format("tag has more than {} tokens", kMaxTokensPerTag));
+      }
       SkipSpace(pos);
       if (*pos >= src_.size()) {
         return Error(open, is_var ? "unclosed '{{': missing '}}'" : "unclosed '{%': missing '%}'");

@@ -17,6 +17,10 @@ const std::set<std::string, std::less<>> kKnownTags = {
     "call", "endcall", "filter", "endfilter", "break", "continue", "with", "endwith",
     "generation", "endgeneration"};
 
+// Nesting bound for expressions and blocks: a hostile template (it ships inside a model file)
+// must not exhaust the C++ stack of a server thread.
+constexpr int kMaxNesting = 100;
+
 class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : toks_(std::move(tokens)) {}
@@ -123,6 +127,8 @@ class Parser {
     const Token& tag = Cur();
     const std::string& n = tag.text;
     if (!kKnownTags.contains(n)) return ErrorAt(tag, "unknown tag '" + n + "'");
+    DepthGuard guard(&depth_);
+    if (depth_ > kMaxNesting) return ErrorAt(tag, fmt::format("blocks nested deeper than {}", kMaxNesting));
     ++pos_;
     StmtPtr s;
     if (n == "if") {
@@ -327,7 +333,16 @@ class Parser {
     return tuple;
   }
 
+  // Counts nesting for the lifetime of one recursive parse call.
+  struct DepthGuard {
+    explicit DepthGuard(int* depth) : depth_(depth) { ++*depth_; }
+    ~DepthGuard() { --*depth_; }
+    int* depth_;
+  };
+
   Result<ExprPtr> ParseExpression(bool with_condexpr) {
+    DepthGuard guard(&depth_);
+    if (depth_ > kMaxNesting) return ErrorAt(Cur(), fmt::format("expression nested deeper than {}", kMaxNesting));
     if (!with_condexpr) return ParseOr();
     const Token& start = Cur();
     DSPARK_ASSIGN_OR_RETURN(ExprPtr expr, ParseOr());
@@ -367,6 +382,8 @@ class Parser {
   }
 
   Result<ExprPtr> ParseNot() {
+    DepthGuard guard(&depth_);
+    if (depth_ > kMaxNesting) return ErrorAt(Cur(), fmt::format("expression nested deeper than {}", kMaxNesting));
     if (AtName("not")) {
       auto e = NewExpr(Expr::Kind::kUnary, toks_[pos_++]);
       e->name = "not";
@@ -442,6 +459,8 @@ class Parser {
   }
 
   Result<ExprPtr> ParseUnary(bool with_filter) {
+    DepthGuard guard(&depth_);
+    if (depth_ > kMaxNesting) return ErrorAt(Cur(), fmt::format("expression nested deeper than {}", kMaxNesting));
     ExprPtr node;
     if (AtOp("-") || AtOp("+")) {
       node = NewExpr(Expr::Kind::kUnary, Cur());
@@ -663,6 +682,7 @@ class Parser {
   std::vector<Token> toks_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

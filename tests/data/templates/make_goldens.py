@@ -109,6 +109,11 @@ CALL = {
     "type": "function",
     "function": {"name": "get_weather", "arguments": {"location": "Paris", "unit": "celsius", "days": 2, "threshold": 0.5}},
 }
+CALL_ROME = {
+    "id": "call54321",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": {"location": "Rome", "nested": {"list": [1, [2, 3]], "none": None}}},
+}
 CALL_STR_ARGS = {
     "id": "call67890",
     "type": "function",
@@ -166,6 +171,20 @@ CONVERSATIONS = [
         {"role": "user", "content": "Weather?"},
         {"role": "assistant", "content": None, "tool_calls": [CALL]},
         TOOL_RESULT,
+    ], None, {}),
+    ("tool_calls_parallel", [
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"role": "assistant", "content": "Checking both.", "tool_calls": [CALL, CALL_ROME]},
+        TOOL_RESULT,
+        dict(TOOL_RESULT, tool_call_id="call54321", content='{"temperature": 21}'),
+    ], [WEATHER_TOOL], {}),
+    ("tool_call_with_reasoning", [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "reasoning_content": "Need the tool.", "tool_calls": [CALL]},
+        TOOL_RESULT,
+    ], [WEATHER_TOOL], {"enable_thinking": True}),
+    ("template_syntax_in_content", [
+        {"role": "user", "content": "Explain {{ messages }} and {% if x %} and {# c #} literally."},
     ], None, {}),
     ("llama_builtin_tools", [
         {"role": "user", "content": "Search for llamas"},
@@ -337,6 +356,17 @@ SNIPPETS = [
 ]
 
 
+def write_goldens(path, header, cases):
+    """One case per line keeps the files small and their diffs readable."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("{\n")
+        for key, value in header.items():
+            f.write(f"{json.dumps(key)}: {json.dumps(value, ensure_ascii=False)},\n")
+        f.write('"cases": [\n')
+        f.write(",\n".join(json.dumps(c, ensure_ascii=False) for c in cases))
+        f.write("\n]}\n")
+
+
 def main():
     env = make_env()
     print(f"jinja2 {jinja2.__version__}, python {sys.version.split()[0]}")
@@ -347,9 +377,7 @@ def main():
             source = f.read()
         cases = template_cases(env, filename, source)
         out = os.path.join(HERE, filename[: -len(".jinja")] + ".goldens.json")
-        with open(out, "w", encoding="utf-8") as f:
-            json.dump({"template": filename, "cases": cases}, f, ensure_ascii=False, indent=1)
-            f.write("\n")
+        write_goldens(out, {"template": filename}, cases)
         ok = sum("expected" in c for c in cases)
         print(f"{filename}: {len(cases)} cases ({ok} render, {len(cases) - ok} error)")
     snippets = []
@@ -357,9 +385,7 @@ def main():
         case = {"template": source, "context": context}
         case.update(render(env, source, context))
         snippets.append(case)
-    with open(os.path.join(HERE, "snippets.goldens.json"), "w", encoding="utf-8") as f:
-        json.dump({"cases": snippets}, f, ensure_ascii=False, indent=1)
-        f.write("\n")
+    write_goldens(os.path.join(HERE, "snippets.goldens.json"), {}, snippets)
     print(f"snippets: {len(snippets)} cases")
 
 
