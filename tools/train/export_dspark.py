@@ -1,0 +1,85 @@
+"""Export the DSpark drafter checkpoint to models/ref-dspark.gguf (llama.cpp `dflash` layout).
+
+Keys and tensors follow shared/research/dspark-llamacpp.md section 1 and Appendix A:
+dflash.target_layers = DeepSpec target_layer_ids + 1 (llama.cpp taps layer *inputs*),
+dflash.block_size, dflash.sample_from_anchor = true (anchor-first), dflash.has_confidence_head,
+tokenizer copied from the target (mask_token_id included). No token_embd / output tensors: the
+drafter uses the target's tied embedding table as both.
+
+    /usr/bin/python3 tools/train/export_dspark.py [--ckpt $DSPARK_TRAIN_DIR/dspark/ckpt.pt]
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_model  # noqa: E402
+import gguf_vocab  # noqa: E402
+import gguf_writer as gw  # noqa: E402
+import tokenizer as tok  # noqa: E402
+import trainutil as tu  # noqa: E402
+from dspark_model import DSparkConfig  # noqa: E402
+from paths import DSPARK_GGUF, train_dir  # noqa: E402
+
+ARCH = "dflash"
+_ROOT = {"fc.weight": "fc.weight", "hidden_norm.weight": "enc.output_norm.weight",
+         "out_norm.weight": "output_norm.weight", "markov_w1.weight": "markov_w1.weight",
+         "markov_w2.weight": "markov_w2.weight", "conf_proj.weight": "conf_proj.weight",
+         "conf_proj.bias": "conf_proj.bias"}
+
+
+def tensor_name(param: str) -> str:
+    if param in _ROOT:
+        return _ROOT[param]
+    return gguf_model.tensor_name(param)  # blocks.N.* -> blk.N.* exactly as for qwen3
+
+
+def write_dspark(path, state, c: DSparkConfig, sp, name="dspark-ref-dspark", extra=None):
+    w = gw.GGUFWriter()
+    w.add_str("general.architecture", ARCH)
+    w.add_str("general.name", name)
+    w.add_u32("general.file_type", 1)
+    gguf_model.add_hparams(w, c, ARCH)
+    w.add_array(f"{ARCH}.target_layers", gw.INT32, [l + 1 for l in c.target_layer_ids])
+    w.add_u32(f"{ARCH}.block_size", c.block_size)
+    w.add_bool(f"{ARCH}.sample_from_anchor", True)
+    w.add_bool(f"{ARCH}.has_confidence_head", True)
+    gguf_vocab.add_tokenizer(w, sp)
+    for key, (vtype, value) in (extra or {}).items():
+        w.add(key, vtype, value)
+    for pname, t in state.items():
+        arr = t.detach().float().cpu().numpy()
+        # norms, the confidence head and biases stay F32 (tiny, and precision matters for calibration)
+        f32 = arr.ndim == 1 or pname.startswith("conf_proj")
+        w.add_tensor(tensor_name(pname), arr, gw.GGML_F32 if f32 else gw.GGML_F16)
+    w.write(path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ckpt", default=str(train_dir() / "dspark" / "ckpt.pt"))
+    ap.add_argument("--out", default=str(DSPARK_GGUF))
+    a = ap.parse_args()
+    ck = tu.load_checkpoint(Path(a.ckpt))
+    if ck is None:
+        raise SystemExit(f"no checkpoint at {a.ckpt}")
+    cfg = DSparkConfig(**ck["config"])
+    out = Path(a.out)
+    extra = {"dspark.train.steps": (gw.UINT64, ck["step"]),
+             "dspark.train.teacher": (gw.STRING, os.path.basename(str(ck.get("teacher", "")))),
+             "dspark.train.data": (gw.STRING, os.path.basename(str(ck.get("data", ""))))}
+    write_dspark(out, ck["model"], cfg, tok.load(), extra=extra)
+    summary = {"file": out.name, "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
+               "bytes": out.stat().st_size, "params": sum(v.numel() for v in ck["model"].values()),
+               "config": cfg.to_dict(), "steps": ck["step"], "train_args": ck.get("args", {}),
+               "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and {out.with_suffix('.json')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Regenerate models/README.md from the summaries the exporters write (models/ref-*.json).
+
+    /usr/bin/python3 tools/train/model_card.py
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paths import MANIFEST, MODELS_DIR  # noqa: E402
+import hashlib  # noqa: E402
+
+ROLES = [("ref-target", "target (`qwen3`)"), ("ref-draft", "draft model (`qwen3`, draft-simple)"),
+         ("ref-dspark", "DSpark drafter (`dflash`)")]
+
+HEADER = """# Reference model family
+
+Trained by `tools/train/` (see `tools/train/README.md`) on the Python 3.11 standard library
+(`/usr/lib/python3.11/**/*.py` of Debian 12, no site-/dist-packages), split by a hash of each
+file's path: 96 % train, 2 % validation, 2 % test. Everything here is reproducible from the
+commands below; the corpus manifest and the tokenizer pin the exact data.
+
+| file | what |
+|---|---|
+| `corpus-manifest.tsv` | relative path, sha256, split of every corpus file |
+| `ref-tokenizer.model` | SentencePiece BPE, 4096 pieces, byte fallback, `<mask>` = 3 |
+| `ref-target.gguf` | the target, qwen3, F16 weights / F32 norms, tied embeddings |
+| `ref-draft.gguf` | draft model for `draft-simple` (distilled from the target) |
+| `ref-dspark.gguf` | DSpark drafter (`dflash` layout), shares the target's embeddings and head |
+| `ref-*.json` | training/evaluation summary each exporter writes; this README is generated from them |
+
+"""
+
+
+def main():
+    manifest_sha = hashlib.sha256(MANIFEST.read_bytes()).hexdigest()
+    out = [HEADER]
+    out.append(f"Corpus manifest sha256: `{manifest_sha}`\n\n")
+    out.append("| model | file | size | params | tokens trained | val nats/token | val nats/char | exported |\n")
+    out.append("|---|---|---|---|---|---|---|---|\n")
+    summaries = {}
+    for stem, role in ROLES:
+        p = MODELS_DIR / f"{stem}.json"
+        if not p.exists():
+            out.append(f"| {role} | `{stem}.gguf` | not yet trained | | | | | |\n")
+            continue
+        s = json.loads(p.read_text())
+        summaries[stem] = s
+        out.append(f"| {role} | `{s['file']}` | {s['bytes'] / 1e6:.1f} MB | {s['params'] / 1e6:.2f} M | "
+                   f"{s.get('tokens', 0) / 1e6:.2f} M | {s.get('val_nats_per_token', float('nan')):.4f} | "
+                   f"{s.get('val_nats_per_char', float('nan')):.4f} | {s['exported']} |\n")
+    t = summaries.get("ref-target")
+    if t:
+        c = t["config"]
+        a = t.get("train_args", {})
+        out.append(f"""
+## Target
+
+`qwen3`: {c['n_layer']} layers, hidden {c['n_embd']}, {c['n_head']} query heads and {c['n_head_kv']} KV heads
+of {c['head_dim']}, FFN {c['n_ff']}, vocabulary {c['vocab_size']}, context {c['n_ctx']}, RoPE base
+{c['rope_base']:g} (NeoX), RMSNorm eps {c['norm_eps']:g}, tied embeddings (no `output.weight`).
+Trained {t['tokens'] / 1e6:.2f} M tokens ({t['steps']} steps) of a {a.get('total_tokens', 0) / 1e6:.0f} M-token
+cosine schedule (AdamW, lr {a.get('lr')}, {a.get('tokens_per_step')} tokens/step, sequences of
+{a.get('seq_len')} tokens with every {a.get('long_every')}th step at {c['n_ctx']}).
+Validation: {t['val_nats_per_token']:.4f} nats/token, {t['val_nats_per_char']:.4f} nats/char
+({t['val_tokens']} tokens, {t['val_chars']} characters; measured on the F16 weights as exported).
+Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
+""")
+        if t.get("samples"):
+            out.append("\n### Greedy continuations of held-out prompts (test split)\n")
+            for smp in t["samples"]:
+                out.append(f"\n`{smp['source']}` ({smp['id']}), prompt then **64 greedy tokens**:\n\n```python\n"
+                           f"{smp['prompt']}# ---- model ----\n{smp['completion']}\n```\n")
+    for stem in ("ref-draft", "ref-dspark"):
+        s = summaries.get(stem)
+        if s and s.get("notes"):
+            out.append(f"\n## {stem}\n\n{s['notes']}\n")
+    out.append("""
+## Reproduce
+
+```sh
+tools/train/install-deps.sh
+/usr/bin/python3 tools/train/corpus.py --check            # the stdlib here matches the manifest
+/usr/bin/python3 tools/train/tokenizer.py train           # models/ref-tokenizer.model
+/usr/bin/python3 tools/train/tokenizer.py encode          # token caches in $DSPARK_TRAIN_DIR
+tools/train/launch_target.sh                              # background, resumable (hours on CPU)
+/usr/bin/python3 tools/train/export_target.py             # models/ref-target.gguf + .json
+/usr/bin/python3 tools/train/model_card.py                # this file
+```
+""")
+    (MODELS_DIR / "README.md").write_text("".join(out))
+    print("wrote", MODELS_DIR / "README.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Distil the draft model (qwen3, 2 layers x 192) from the target, for draft-simple speculation.
+
+Loss: KL(p_target || p_draft) per position on train-split windows (equivalently cross-entropy to
+the target's soft distribution), plus --hard-weight x CE to the data. Matching the target's
+distribution, not the data, is what raises acceptance. The target runs frozen in bf16.
+Resumable like train_target.py ($DSPARK_TRAIN_DIR/draft/ckpt.pt).
+
+    nice -n 19 /usr/bin/python3 tools/train/train_draft.py --teacher models/ref-target.gguf --resume
+    /usr/bin/python3 tools/train/export_draft.py
+"""
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import teacher as teacher_mod  # noqa: E402
+import tokenizer as tok  # noqa: E402
+import trainutil as tu  # noqa: E402
+from model import Qwen3, Qwen3Config  # noqa: E402
+from paths import TARGET_GGUF, train_dir  # noqa: E402
+from train_target import batch_for_step, evaluate  # noqa: E402
+
+DRAFT_CONFIG = dict(n_layer=2, n_embd=192, n_head=3, n_head_kv=1, head_dim=64, n_ff=512)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--teacher", default=str(TARGET_GGUF), help="target GGUF or training checkpoint")
+    ap.add_argument("--out", default=None, help="run directory (default $DSPARK_TRAIN_DIR/draft)")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--total-tokens", type=float, default=6e6)
+    ap.add_argument("--tokens-per-step", type=int, default=4096)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--long-every", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--min-lr", type=float, default=1e-4)
+    ap.add_argument("--warmup-steps", type=int, default=100)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--hard-weight", type=float, default=0.1)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=4321)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
+    ap.add_argument("--ckpt-minutes", type=float, default=8.0)
+    ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--max-steps", type=int, default=0)
+    ap.add_argument("--config", default=None, help="JSON of draft Qwen3Config overrides")
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    out = Path(a.out) if a.out else train_dir() / "draft"
+    out.mkdir(parents=True, exist_ok=True)
+    dev, amp = tu.setup_device(a.threads, a.dtype)
+    tu.seed_all(a.seed)
+    target = teacher_mod.load_target(a.teacher, amp if dev.type == "cpu" else None).to(dev)
+    tc = target.c
+    cfg = Qwen3Config(**{**dict(vocab_size=tc.vocab_size, n_ctx=tc.n_ctx, rope_base=tc.rope_base,
+                                norm_eps=tc.norm_eps), **DRAFT_CONFIG, **(json.loads(a.config) if a.config else {})})
+    model = Qwen3(cfg).to(dev)
+    opt = tu.make_adamw(model, a.lr, a.weight_decay)
+    step, tokens = 0, 0
+    ckpt_path = out / "ckpt.pt"
+    ck = tu.load_checkpoint(ckpt_path) if a.resume else None
+    if ck is not None:
+        cfg = Qwen3Config(**ck["config"])
+        model = Qwen3(cfg).to(dev)
+        model.load_state_dict(ck["model"])
+        opt = tu.make_adamw(model, a.lr, a.weight_decay)
+        opt.load_state_dict(ck["optimizer"])
+        tu.set_rng_state(ck["rng"])
+        step, tokens = ck["step"], ck["tokens"]
+        print(f"resumed from {ckpt_path}: step {step}", flush=True)
+    train, _ = tok.load_cache("train")
+    val, val_chars = tok.load_cache("val")
+    print(f"draft {model.num_params() / 1e6:.2f}M params {cfg}; teacher {a.teacher}", flush=True)
+
+    total_steps = int(a.total_tokens // a.tokens_per_step)
+    log = tu.CsvLog(out / "losses.csv", ["step", "tokens", "loss", "kl", "ce", "lr", "tok_per_s", "time"])
+    vlog = tu.CsvLog(out / "val.csv", ["step", "tokens", "val_nats_per_token", "val_nats_per_char", "time"])
+    stop = tu.StopFlag()
+    prog = tu.Progress(total_steps * a.tokens_per_step)
+    replica = tu.LowPrecisionReplica(model) if (amp is not None and dev.type == "cpu") else None
+    last_ckpt, steps_this_run = time.time(), 0
+
+    def checkpoint():
+        tu.save_checkpoint(ckpt_path, {
+            "config": cfg.to_dict(), "model": model.state_dict(), "optimizer": opt.state_dict(),
+            "rng": tu.rng_state(), "step": step, "tokens": tokens, "args": vars(a)})
+
+    while step < total_steps and not stop.stop:
+        long = a.long_every > 0 and step % a.long_every == a.long_every - 1
+        T = cfg.n_ctx if long else a.seq_len
+        B = max(1, a.tokens_per_step // T)
+        x = batch_for_step(train, step, a.seed, T, B).to(dev)
+        lr = tu.cosine_lr(step, a.lr, a.min_lr, a.warmup_steps, total_steps)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        with torch.no_grad(), tu.autocast(dev, amp if dev.type == "cuda" else None):
+            t_logp = F.log_softmax(target(x[:, :-1]).float(), -1)
+        opt.zero_grad(set_to_none=True)
+        if replica is not None:
+            replica.pull()
+            logits = replica.fast(x[:, :-1])
+        else:
+            with tu.autocast(dev, amp):
+                logits = model(x[:, :-1])
+        d_logp = F.log_softmax(logits.float(), -1)
+        kl = (t_logp.exp() * (t_logp - d_logp)).sum(-1).mean()
+        ce = F.nll_loss(d_logp.view(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
+        loss = kl + a.hard_weight * ce
+        loss.backward()
+        if replica is not None:
+            replica.push_grads()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+        opt.step()
+        step += 1
+        steps_this_run += 1
+        tokens += B * T
+        line = prog.update(step, tokens, loss.item(), lr)
+        if step % a.log_every == 0:
+            log.row(step=step, tokens=tokens, loss=f"{loss.item():.4f}", kl=f"{kl.item():.4f}",
+                    ce=f"{ce.item():.4f}", lr=f"{lr:.3e}", tok_per_s=f"{prog.tok_per_s(tokens):.0f}",
+                    time=int(time.time()))
+            if line:
+                print(line + f" kl {kl.item():.3f}", flush=True)
+        if step % a.eval_every == 0 or step == total_steps:
+            vt, vc = evaluate(model, val, val_chars, dev, None, cfg.n_ctx)
+            vlog.row(step=step, tokens=tokens, val_nats_per_token=f"{vt:.4f}", val_nats_per_char=f"{vc:.4f}",
+                     time=int(time.time()))
+            print(f"eval step {step}: val {vt:.4f} nats/token", flush=True)
+        if time.time() - last_ckpt > a.ckpt_minutes * 60:
+            checkpoint()
+            last_ckpt = time.time()
+        if a.max_steps and steps_this_run >= a.max_steps:
+            break
+    checkpoint()
+    print(f"checkpoint {ckpt_path}: step {step}, {tokens / 1e6:.2f}M tokens", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Train the DSpark drafter against the frozen target, online (target taps recomputed every step).
+
+Data: --data corpus   random train-split windows, every position supervised;
+      --data FILE     target-generated sequences from gen_target_data.py (DeepSpec trains on the
+                      target's own outputs): only generated positions are anchors/labels.
+Resumable like train_target.py ($DSPARK_TRAIN_DIR/dspark/ckpt.pt).
+
+    nice -n 19 /usr/bin/python3 tools/train/train_dspark.py --teacher models/ref-target.gguf --resume
+    /usr/bin/python3 tools/train/export_dspark.py
+"""
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import teacher as teacher_mod  # noqa: E402
+import tokenizer as tok  # noqa: E402
+import trainutil as tu  # noqa: E402
+from dspark_loss import dspark_forward  # noqa: E402
+from dspark_model import DSpark, DSparkConfig  # noqa: E402
+from paths import TARGET_GGUF, train_dir  # noqa: E402
+from train_target import batch_for_step  # noqa: E402
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--teacher", default=str(TARGET_GGUF), help="target GGUF or training checkpoint")
+    ap.add_argument("--data", default="corpus", help="'corpus' or a .npz from gen_target_data.py")
+    ap.add_argument("--out", default=None, help="run directory (default $DSPARK_TRAIN_DIR/dspark)")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--batch", type=int, default=8, help="sequences per step")
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--anchors", type=int, default=48, help="anchors per sequence")
+    ap.add_argument("--n-layer", type=int, default=2)
+    ap.add_argument("--block-size", type=int, default=8)
+    ap.add_argument("--markov-rank", type=int, default=64)
+    ap.add_argument("--target-layers", default="1,4,6", help="DeepSpec ids: output of these target layers")
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--warmup-frac", type=float, default=0.04)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--gamma", type=float, default=4.0)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
+    ap.add_argument("--ckpt-minutes", type=float, default=8.0)
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in this run")
+    return ap.parse_args(argv)
+
+
+class Data:
+    """Batches (x [b, T], loss_mask [b, T]) deterministic in (seed, step)."""
+
+    def __init__(self, spec, seq_len, batch, seed):
+        self.seq_len, self.batch, self.seed = seq_len, batch, seed
+        if spec == "corpus":
+            self.train, _ = tok.load_cache("train")
+            self.gen = None
+        else:
+            z = np.load(spec)
+            self.gen, self.prompt_len = z["tokens"].astype(np.int64), int(z["prompt_len"])
+
+    def __call__(self, step):
+        if self.gen is None:
+            x = batch_for_step(self.train, step, self.seed, self.seq_len - 1, self.batch)
+            return x, torch.ones_like(x, dtype=torch.bool)
+        rng = np.random.default_rng([self.seed, step])
+        rows = rng.integers(0, len(self.gen), size=self.batch)
+        x = torch.from_numpy(self.gen[rows])
+        m = torch.zeros_like(x, dtype=torch.bool)
+        m[:, self.prompt_len:] = True
+        m[:, self.prompt_len - 1] = True  # the last prompt token is the first anchor (as at inference)
+        return x, m
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    out = Path(a.out) if a.out else train_dir() / "dspark"
+    out.mkdir(parents=True, exist_ok=True)
+    dev, amp = tu.setup_device(a.threads, a.dtype)
+    if dev.type != "cpu":
+        raise SystemExit("train_dspark.py runs on CPU for now (the dense block mask is built on the host)")
+    tu.seed_all(a.seed)
+    target = teacher_mod.load_target(a.teacher, amp)
+    tc = target.c
+    cfg = DSparkConfig(vocab_size=tc.vocab_size, n_embd=tc.n_embd, n_head=tc.n_head, n_head_kv=tc.n_head_kv,
+                       head_dim=tc.head_dim, n_ff=tc.n_ff, n_ctx=tc.n_ctx, rope_base=tc.rope_base,
+                       norm_eps=tc.norm_eps, n_layer=a.n_layer, block_size=a.block_size,
+                       markov_rank=a.markov_rank, mask_token_id=tok.MASK_ID,
+                       target_layer_ids=[int(v) for v in a.target_layers.split(",")])
+    assert max(cfg.target_layer_ids) < tc.n_layer - 1, "llama.cpp cannot tap the target's last layer"
+    assert a.seq_len + cfg.block_size <= tc.n_ctx
+    model = DSpark(cfg)
+    # DeepSpec: AdamW, weight decay 0, warmup 4 % then cosine to 0, clip 1.0
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
+    step = 0
+    ckpt_path = out / "ckpt.pt"
+    ck = tu.load_checkpoint(ckpt_path) if a.resume else None
+    if ck is not None:
+        cfg = DSparkConfig(**ck["config"])
+        model = DSpark(cfg)
+        model.load_state_dict(ck["model"])
+        opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
+        opt.load_state_dict(ck["optimizer"])
+        tu.set_rng_state(ck["rng"])
+        step = ck["step"]
+        print(f"resumed from {ckpt_path}: step {step}", flush=True)
+    print(f"dspark drafter {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params {cfg}", flush=True)
+    data = Data(a.data, a.seq_len, a.batch, a.seed)
+    replica = tu.LowPrecisionReplica(model) if amp is not None else None
+    log = tu.CsvLog(out / "losses.csv", ["step", "loss", "ce", "l1", "bce", "tau_prob", "conf_abs_err",
+                                         "accept_at_k", "lr", "time"])
+    stop = tu.StopFlag()
+    last_ckpt, steps_this_run, t0 = time.time(), 0, time.time()
+
+    def checkpoint():
+        tu.save_checkpoint(ckpt_path, {"config": cfg.to_dict(), "model": model.state_dict(),
+                                       "optimizer": opt.state_dict(), "rng": tu.rng_state(), "step": step,
+                                       "args": vars(a), "teacher": a.teacher, "data": a.data})
+
+    warmup = max(1, int(a.warmup_frac * a.steps))
+    while step < a.steps and not stop.stop:
+        lr = tu.cosine_lr(step, a.lr, 0.0, warmup, a.steps)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x, m = data(step)
+        gen = torch.Generator().manual_seed(a.seed * 1_000_003 + step)
+        opt.zero_grad(set_to_none=True)
+        if replica is not None:
+            replica.pull()
+            loss, met = dspark_forward(replica.fast, target, x, m, a.anchors, gen, a.gamma)
+        else:
+            loss, met = dspark_forward(model, target, x, m, a.anchors, gen, a.gamma)
+        loss.backward()
+        if replica is not None:
+            replica.push_grads()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+        opt.step()
+        step += 1
+        steps_this_run += 1
+        if step % a.log_every == 0 or step == a.steps:
+            log.row(step=step, loss=f"{loss.item():.4f}", ce=f"{met['ce']:.4f}", l1=f"{met['l1']:.4f}",
+                    bce=f"{met['bce']:.4f}", tau_prob=f"{met['tau_prob']:.3f}",
+                    conf_abs_err=f"{met['conf_abs_err']:.3f}", accept_at_k=json.dumps(met["accept_at_k"]),
+                    lr=f"{lr:.2e}", time=int(time.time()))
+            rate = steps_this_run / (time.time() - t0)
+            print(f"step {step}/{a.steps} loss {loss.item():.3f} ce {met['ce']:.3f} l1 {met['l1']:.3f} "
+                  f"tau_prob {met['tau_prob']:.2f} conf_err {met['conf_abs_err']:.3f} "
+                  f"accept@k {met['accept_at_k']} lr {lr:.1e} {rate * 60:.1f} steps/min", flush=True)
+        if time.time() - last_ckpt > a.ckpt_minutes * 60:
+            checkpoint()
+            last_ckpt = time.time()
+        if a.max_steps and steps_this_run >= a.max_steps:
+            break
+    checkpoint()
+    print(f"checkpoint {ckpt_path}: step {step}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
