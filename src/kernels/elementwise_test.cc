@@ -53,7 +53,9 @@ TEST(Elementwise, AllOpsAllTargets) {
         ops::Softmax(s.data() + 1, n);
         ref::Softmax(sr.data(), n);
         ExpectNear(s.data() + 1, sr.data(), n, kernels::kTranscendentalRelTol, "Softmax " + what);
-        if (n > 2) EXPECT_EQ(s[1 + 2], 0.f);
+        if (n > 2) {
+          EXPECT_EQ(s[1 + 2], 0.f);
+        }
       }
       // SiluMul (aliasing out = gate)
       {

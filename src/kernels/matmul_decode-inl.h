@@ -38,6 +38,7 @@ inline float HalfToFloat(uint16_t h) {
 // Byte-level unpacking helpers. On x86 targets with AVX2 they are written with intrinsics (GCC
 // turns the plain loops into byte inserts and stack spills); elsewhere plain loops with restrict
 // parameters (without them the compiler must assume the stores alias the block being read).
+#undef DSPARK_DECODE_AVX2
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 #define DSPARK_DECODE_AVX2 1
 #else

@@ -39,6 +39,18 @@ namespace HWY_NAMESPACE {
 #define DSPARK_VNNI_ATTR \
   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,fma,f16c,avx2")))
 
+// Zero-masking forms of these intrinsics: the plain ones start from _mm512_undefined_ps(), which
+// GCC 12 reports as -Wuninitialized under -Werror.
+DSPARK_VNNI_ATTR HWY_INLINE __m512 CvtI32(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
+DSPARK_VNNI_ATTR HWY_INLINE float ReduceAdd(__m512 v) {
+  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
+  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
 // Per-lane scale vector for 64 elements from the per-sub-block scales of weight (dsc) and
 // activation (da): 2 sub-blocks of 32 (8 lanes each) or 4 of 16 (4 lanes each).
 template <int kSub>
@@ -47,11 +59,11 @@ DSPARK_VNNI_ATTR HWY_INLINE __m512 LaneScales(const float* dsc, const float* da)
     const __m128 p = _mm_mul_ps(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(dsc))),
                                 _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(da))));
     const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(p));
+    return _mm512_maskz_permutexvar_ps(0xFFFF, idx, _mm512_castps128_ps512(p));
   } else {
     const __m128 p = _mm_mul_ps(_mm_loadu_ps(dsc), _mm_loadu_ps(da));
     const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(p));
+    return _mm512_maskz_permutexvar_ps(0xFFFF, idx, _mm512_castps128_ps512(p));
   }
 }
 
@@ -82,17 +94,17 @@ DSPARK_VNNI_ATTR inline float DotNaturalVnni(const uint8_t* HWY_RESTRICT u,
     acc0 = _mm512_dpbusd_epi32(acc0, _mm512_load_si512(u + k), _mm512_load_si512(a + k));
     acc1 = _mm512_dpbusd_epi32(acc1, _mm512_load_si512(u + k + 64), _mm512_load_si512(a + k + 64));
     const int64_t s = k / kSub;
-    f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0), LaneScales<kSub>(dsc + s, da + s), f0);
-    f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1),
+    f0 = _mm512_fmadd_ps(CvtI32(acc0), LaneScales<kSub>(dsc + s, da + s), f0);
+    f1 = _mm512_fmadd_ps(CvtI32(acc1),
                          LaneScales<kSub>(dsc + s + kSubsPer64, da + s + kSubsPer64), f1);
   }
   if (k < cols_pad) {
     __m512i acc0 = _mm512_load_si512(corr + k / 4);
     acc0 = _mm512_dpbusd_epi32(acc0, _mm512_load_si512(u + k), _mm512_load_si512(a + k));
     const int64_t s = k / kSub;
-    f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0), LaneScales<kSub>(dsc + s, da + s), f0);
+    f0 = _mm512_fmadd_ps(CvtI32(acc0), LaneScales<kSub>(dsc + s, da + s), f0);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
+  return ReduceAdd(_mm512_add_ps(f0, f1));
 }
 
 // Activation tile of up to 16 rows in lane-interleaved form.
@@ -139,7 +151,7 @@ DSPARK_VNNI_ATTR inline void LanesTileVnni(const uint8_t* HWY_RESTRICT ut,
     const __m512 da = _mm512_load_ps(at.da + 16 * s);
     const float* ds = dt + s * kTile;
     for (int r = 0; r < R; ++r) {
-      const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r]), da);
+      const __m512 t = _mm512_mul_ps(CvtI32(acc[r]), da);
       f[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(ds[r]), f[r]);
     }
     if constexpr (kMin) {
