@@ -266,12 +266,16 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
             // Prefetch once per row tile (during the first activation tile).
             const uint8_t* tpf = (kLanesPrefetch && t == 0 && r == 0) ? pf : nullptr;
             const uint8_t* ut = db.ut + r * tt.sub;
+            // K-quants (Q8_K activations: one da per 256) use the grouped-da form; a padded
+            // tail group has da = 0, so its partial sums vanish as they must.
             if (tt.sub == 16) {
-              LanesTileVnni<kR, kRowTile, 16, false>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
+              LanesTileVnni<kR, kRowTile, 16, false, 16>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
+            } else if (tt.k_quant) {
+              LanesTileVnni<kR, kRowTile, 32, true, 8>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
             } else if (tt.has_min) {
-              LanesTileVnni<kR, kRowTile, 32, true>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
+              LanesTileVnni<kR, kRowTile, 32, true, 1>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
             } else {
-              LanesTileVnni<kR, kRowTile, 32, false>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
+              LanesTileVnni<kR, kRowTile, 32, false, 1>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
             }
             // Transpose to y's layout: one contiguous kR-float store per activation row.
             for (int64_t l = 0; l < mt; ++l) {

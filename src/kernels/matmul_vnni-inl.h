@@ -121,14 +121,16 @@ struct ActTileView {
 // keeps the 8-row loop free of pointer spills (24 row pointers would exhaust the GPRs).
 // Register budget: R int32 + R float accumulators + activation vector + broadcast temporaries;
 // R = 8 uses ~18 of 32 zmm registers and amortises each activation load over 8 dpbusd.
-template <int R, int kTile, int kSub, bool kMin>
+// kDaGroup: consecutive sub-blocks sharing one activation scale (1 for Q8_0 activations, 256/kSub
+// for Q8_K): their weight-scaled sums are gathered first and multiplied by da once per group.
+template <int R, int kTile, int kSub, bool kMin, int kDaGroup>
 DSPARK_VNNI_ATTR inline void LanesTileVnni(const uint8_t* HWY_RESTRICT ut,
                                            const float* HWY_RESTRICT dt,
                                            const float* HWY_RESTRICT mt, const ActTileView& at,
                                            int64_t nsub, float* HWY_RESTRICT out,
                                            const uint8_t* pf, int64_t pf_bytes) {
-  __m512 f[R];
-  for (int r = 0; r < R; ++r) f[r] = _mm512_setzero_ps();
+  __m512 f[R], g[R];
+  for (int r = 0; r < R; ++r) f[r] = g[r] = _mm512_setzero_ps();
   const int64_t pf_step = pf ? (pf_bytes / nsub + 64) & ~int64_t{63} : 0;
   int64_t pf_off = 0;
   for (int64_t s = 0; s < nsub; ++s) {
@@ -148,11 +150,21 @@ DSPARK_VNNI_ATTR inline void LanesTileVnni(const uint8_t* HWY_RESTRICT ut,
         acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(wd), av);
       }
     }
-    const __m512 da = _mm512_load_ps(at.da + 16 * s);
     const float* ds = dt + s * kTile;
-    for (int r = 0; r < R; ++r) {
-      const __m512 t = _mm512_mul_ps(CvtI32(acc[r]), da);
-      f[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(ds[r]), f[r]);
+    if constexpr (kDaGroup == 1) {
+      const __m512 da = _mm512_load_ps(at.da + 16 * s);
+      for (int r = 0; r < R; ++r) {
+        const __m512 t = _mm512_mul_ps(CvtI32(acc[r]), da);
+        f[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(ds[r]), f[r]);
+      }
+    } else {
+      if (s % kDaGroup == 0)
+        for (int r = 0; r < R; ++r) g[r] = _mm512_setzero_ps();
+      for (int r = 0; r < R; ++r) g[r] = _mm512_fmadd_ps(CvtI32(acc[r]), _mm512_set1_ps(ds[r]), g[r]);
+      if (s % kDaGroup == kDaGroup - 1) {
+        const __m512 da = _mm512_load_ps(at.da + 16 * s);
+        for (int r = 0; r < R; ++r) f[r] = _mm512_fmadd_ps(g[r], da, f[r]);
+      }
     }
     if constexpr (kMin) {
       const __m512 as = _mm512_load_ps(at.asum + 16 * s);
