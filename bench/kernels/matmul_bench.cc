@@ -5,9 +5,12 @@
 // Weights are cycled through enough copies to exceed the last-level cache, so decode is measured
 // streaming from DRAM as it is in a real model (one layer's matrices are never re-read hot).
 // Counters: bytes_per_second = weight bytes streamed; GFLOPS = 2·m·rows·cols / time.
+#include "kernels/hwy_targets.h"  // first: same Highway target list as the kernels
+
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -16,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "hwy/targets.h"
 #include "kernels/ops.h"
 #include "util/thread_pool.h"
 
@@ -153,7 +157,13 @@ void RegisterAll() {
 }  // namespace
 }  // namespace dspark
 
+// DSPARK_BENCH_TARGET=AVX2 (or AVX3, SSE4, ...) restricts dispatch to that Highway target, to
+// measure the fallback paths on a machine that has better ones.
 int main(int argc, char** argv) {
+  if (const char* want = std::getenv("DSPARK_BENCH_TARGET")) {
+    for (int64_t t : hwy::SupportedAndGeneratedTargets())
+      if (std::string(hwy::TargetName(t)) == want) hwy::SetSupportedTargetsForTest(t);
+  }
   dspark::RegisterAll();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

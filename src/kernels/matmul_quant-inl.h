@@ -19,6 +19,7 @@
 #include "kernels/elementwise-inl.h"
 #include "kernels/matmul_act-inl.h"
 #include "kernels/matmul_decode-inl.h"
+#include "kernels/matmul_lanes16-inl.h"
 #include "kernels/matmul_vnni-inl.h"
 #include "kernels/ops.h"
 #include "kernels/quant_blocks.h"
@@ -51,12 +52,12 @@ struct QuantActs {
   float* asum = nullptr; // [m][nsub] da * Σ q over the sub-block
   // Row-dot (natural) layout extras, VNNI only.
   int32_t* corr = nullptr;   // [m][cols_pad / 4] -128 * (sum of each dword of q)
-  // Lane tiles, VNNI only.
-  int64_t tiles = 0;
-  int8_t* tq = nullptr;       // [tiles][cols_pad / 4][16][4]
-  int32_t* tcorr = nullptr;   // [tiles][nsub][16]
-  float* tda = nullptr;       // [tiles][nsub][16]
-  float* tasum = nullptr;     // [tiles][nsub][16]
+  // Lane tiles of tile_rows activation rows (16 for VNNI, int32 lanes for the int16 kernel).
+  int64_t tiles = 0, tile_rows = 0;
+  int8_t* tq = nullptr;       // VNNI: [tiles][cols_pad / 4][16][4]; int16: [tiles][cols_pad / 2][N][2]
+  int32_t* tcorr = nullptr;   // [tiles][nsub][16], VNNI only
+  float* tda = nullptr;       // [tiles][nsub][tile_rows]
+  float* tasum = nullptr;     // [tiles][nsub][tile_rows]
 };
 
 // Quantises row x[cols] to the canonical form (bytes + per-sub-block scale and scaled sum).
@@ -119,6 +120,27 @@ inline void BuildTile(const QuantActs& qa, int64_t t) {
   }
 }
 
+// int16 form of tile t for the non-VNNI lane kernel: pairs of columns, tile_rows lanes.
+inline void BuildTile16(const QuantActs& qa, int64_t t) {
+  const int64_t N = qa.tile_rows, pairs = qa.cols_pad / 2;
+  int16_t* a = reinterpret_cast<int16_t*>(qa.tq) + t * pairs * N * 2;
+  float* td = qa.tda + t * qa.nsub * N;
+  float* ts = qa.tasum + t * qa.nsub * N;
+  for (int64_t l = 0; l < N; ++l) {
+    const int64_t j = t * N + l;
+    const bool live = j < qa.m;
+    const int8_t* q = qa.q + (live ? j : 0) * qa.cols_pad;
+    for (int64_t p = 0; p < pairs; ++p) {
+      a[(p * N + l) * 2] = live ? q[2 * p] : 0;
+      a[(p * N + l) * 2 + 1] = live ? q[2 * p + 1] : 0;
+    }
+    for (int64_t s = 0; s < qa.nsub; ++s) {
+      td[s * N + l] = live ? qa.da[j * qa.nsub + s] : 0.f;
+      ts[s * N + l] = live ? qa.asum[j * qa.nsub + s] : 0.f;
+    }
+  }
+}
+
 // Generic Highway row dot: Σ_s dsc[s]·da[s]·Σ_{i in s} q_i·a_i, in int16 x int16 -> int32.
 // CappedTag keeps one vector within a sub-block (>= 16 elements) on every target.
 inline float DotNaturalGeneric(const uint8_t* HWY_RESTRICT u, const float* HWY_RESTRICT dsc,
@@ -154,13 +176,14 @@ struct DecodeBuffers {
   uint8_t* ut;  // [nsub][kRowTile][sub]
   float* dt;    // [nsub][kRowTile]
   float* mt;    // [nsub][kRowTile]
+  int16_t* wt;  // [nsub][kRowTile][sub] ut widened to int16 (non-VNNI lane kernel)
 };
 
 inline DecodeBuffers GetDecodeBuffers(int64_t cols_pad, int64_t nsub, int64_t cols, int sub) {
   thread_local kernels::ScratchBuffer buf;
   const size_t u_bytes = cols_pad, f_bytes = kernels::RoundUp(nsub * sizeof(float), 64);
   const size_t per_row = u_bytes + 2 * f_bytes;
-  auto* base = static_cast<uint8_t*>(buf.Get(2 * kRowTile * per_row));
+  auto* base = static_cast<uint8_t*>(buf.Get(2 * kRowTile * per_row + 2 * kRowTile * u_bytes));
   DecodeBuffers b;
   const int64_t full = cols / sub;  // sub-blocks the decoders write; the rest is padding
   for (int r = 0; r < kRowTile; ++r) {
@@ -176,6 +199,7 @@ inline DecodeBuffers GetDecodeBuffers(int64_t cols_pad, int64_t nsub, int64_t co
   b.ut = t;
   b.dt = reinterpret_cast<float*>(t + kRowTile * u_bytes);
   b.mt = reinterpret_cast<float*>(t + kRowTile * (u_bytes + f_bytes));
+  b.wt = reinterpret_cast<int16_t*>(base + 2 * kRowTile * per_row);
   std::memset(b.ut + full * kRowTile * sub, 128, (nsub - full) * kRowTile * sub);
   for (int64_t i = full * kRowTile; i < nsub * kRowTile; ++i) b.dt[i] = b.mt[i] = 0.f;
   return b;
@@ -186,7 +210,7 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
   const QuantTraits tt = TraitsOf(w.type);
   const int64_t cols = w.cols, rows = w.rows;
   const size_t row_bytes = RowBytes(w.type, cols);
-  const bool use_lanes = DSPARK_HAVE_VNNI && m >= kLanesMinM;
+  const bool use_lanes = (DSPARK_HAVE_VNNI || DSPARK_HAVE_LANES16) && m >= kLanesMinM;
   const bool use_natural_vnni = DSPARK_HAVE_VNNI && !use_lanes;
 
   // ---- activations (caller thread's scratch; workers only read it)
@@ -197,13 +221,23 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
   qa.cols_pad = kernels::RoundUp(cols, 64);
   qa.sub = tt.sub;
   qa.nsub = qa.cols_pad / tt.sub;
-  qa.tiles = use_lanes ? (m + kTileRows - 1) / kTileRows : 0;
+#if DSPARK_HAVE_VNNI
+  qa.tile_rows = kTileRows;
+  const size_t tq_elem = 1;
+#elif DSPARK_HAVE_LANES16
+  qa.tile_rows = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<int32_t>()));
+  const size_t tq_elem = 2;
+#else
+  qa.tile_rows = 1;
+  const size_t tq_elem = 1;
+#endif
+  qa.tiles = use_lanes ? (m + qa.tile_rows - 1) / qa.tile_rows : 0;
   {
     const size_t q_bytes = kernels::RoundUp(m * qa.cols_pad, 64);
     const size_t s_bytes = kernels::RoundUp(m * qa.nsub * sizeof(float), 64);
     const size_t lane_bytes = use_natural_vnni ? kernels::RoundUp(m * qa.cols_pad, 64) : 0;  // corr
-    const size_t tq_bytes = qa.tiles * qa.cols_pad * 16;
-    const size_t ts_bytes = qa.tiles * qa.nsub * 16 * 4;
+    const size_t tq_bytes = qa.tiles * qa.cols_pad * qa.tile_rows * tq_elem;
+    const size_t ts_bytes = qa.tiles * qa.nsub * qa.tile_rows * 4;
     auto* p = static_cast<uint8_t*>(
         act_buf.Get(q_bytes + 2 * s_bytes + lane_bytes + tq_bytes + 3 * ts_bytes));
     qa.q = reinterpret_cast<int8_t*>(p);
@@ -224,9 +258,13 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
   }
   if (use_lanes) {
     pool.ParallelFor(qa.tiles, [&](int64_t t, int) {
-      for (int64_t j = t * kTileRows; j < std::min(m, (t + 1) * kTileRows); ++j)
+      for (int64_t j = t * qa.tile_rows; j < std::min(m, (t + 1) * qa.tile_rows); ++j)
         QuantizeActRow(x + j * cols, qa, tt.k_quant, j);
-      BuildTile(qa, t);
+      if (DSPARK_HAVE_VNNI) {
+        BuildTile(qa, t);
+      } else {
+        BuildTile16(qa, t);
+      }
     });
   } else {
     for (int64_t j = 0; j < m; ++j) {
@@ -285,6 +323,37 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
             r += kR;
           };
           if (nr == kRowTile) run(std::integral_constant<int, kRowTile>());
+          while (r < nr) run(std::integral_constant<int, 1>());
+        }
+        continue;
+      }
+#elif DSPARK_HAVE_LANES16
+      if (use_lanes) {
+        const int64_t N = qa.tile_rows;
+        WidenTile(db.ut, qa.nsub * kRowTile * tt.sub, db.wt);
+        HWY_ALIGN float out[kLanes16Rows * 16];
+        for (int64_t t = 0; t < qa.tiles; ++t) {
+          const Tile16View at{reinterpret_cast<const int16_t*>(qa.tq) + t * qa.cols_pad * N,
+                              qa.tda + t * qa.nsub * N, qa.tasum + t * qa.nsub * N};
+          const int64_t mt = std::min(N, m - t * N);
+          int r = 0;
+          const auto run = [&](auto r_tag) {
+            constexpr int kR = decltype(r_tag)::value;
+            const int16_t* wt = db.wt + r * tt.sub;
+            if (tt.sub == 16) {
+              LanesTile16<kR, kRowTile, 16, false>(wt, db.dt + r, db.mt + r, at, qa.nsub, out);
+            } else if (tt.has_min) {
+              LanesTile16<kR, kRowTile, 32, true>(wt, db.dt + r, db.mt + r, at, qa.nsub, out);
+            } else {
+              LanesTile16<kR, kRowTile, 32, false>(wt, db.dt + r, db.mt + r, at, qa.nsub, out);
+            }
+            for (int64_t l = 0; l < mt; ++l) {
+              float* yl = y + (t * N + l) * rows + r0 + r;
+              for (int rr = 0; rr < kR; ++rr) yl[rr] = out[rr * N + l];
+            }
+            r += kR;
+          };
+          while (r + kLanes16Rows <= nr) run(std::integral_constant<int, kLanes16Rows>());
           while (r < nr) run(std::integral_constant<int, 1>());
         }
         continue;
