@@ -1,7 +1,7 @@
 """Train the DSpark drafter against the frozen target, online (target taps recomputed every step).
 
 Data: --data corpus   random train-split windows, every position supervised;
-      --data FILE     target-generated sequences from gen_target_data.py (DeepSpec trains on the
+      --data DIR      target-generated sequences from gen_target_data.py (DeepSpec trains on the
                       target's own outputs): only generated positions are anchors/labels.
 Resumable like train_target.py ($DSPARK_TRAIN_DIR/dspark/ckpt.pt).
 
@@ -31,7 +31,7 @@ from train_target import batch_for_step  # noqa: E402
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--teacher", default=str(TARGET_GGUF), help="target GGUF or training checkpoint")
-    ap.add_argument("--data", default="corpus", help="'corpus' or a .npz from gen_target_data.py")
+    ap.add_argument("--data", default="corpus", help="'corpus' or a shard directory from gen_target_data.py")
     ap.add_argument("--out", default=None, help="run directory (default $DSPARK_TRAIN_DIR/dspark)")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--steps", type=int, default=3000)
@@ -64,8 +64,10 @@ class Data:
             self.train, _ = tok.load_cache("train")
             self.gen = None
         else:
-            z = np.load(spec)
-            self.gen, self.prompt_len = z["tokens"].astype(np.int64), int(z["prompt_len"])
+            d = Path(spec)  # a gen_target_data.py shard directory
+            self.prompt_len = json.loads((d / "meta.json").read_text())["prompt_len"]
+            self.gen = np.concatenate([np.load(p) for p in sorted(d.glob("shard-*.npy"))]).astype(np.int64)
+            assert self.gen.shape[1] <= seq_len + 1, "sequences longer than --seq-len"
 
     def __call__(self, step):
         if self.gen is None:

@@ -1,0 +1,166 @@
+"""Offline acceptance of the drafters against the target (greedy), on the validation split.
+
+For each prompt (a window of the validation token stream) the target's greedy continuation y is
+computed once. Speculative decoding is then simulated exactly as a greedy engine would run it: at
+anchor j (the newest committed token) the drafter proposes n tokens; the longest prefix equal to
+y is accepted, plus the target's bonus token, so the step commits a + 1 tokens. Reported:
+tau = mean tokens per step (a + 1), acceptance per draft position (conditional on reaching it),
+and for DSpark the confidence head's calibration: per position, mean predicted survival vs the
+realised acceptance rate.
+
+    /usr/bin/python3 tools/train/eval_drafters.py --draft models/ref-draft.gguf --dspark models/ref-dspark.gguf
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import decode  # noqa: E402
+import gguf_model  # noqa: E402
+import gguf_reader  # noqa: E402
+import teacher as teacher_mod  # noqa: E402
+import tokenizer as tok  # noqa: E402
+import trainutil as tu  # noqa: E402
+from dspark_model import DSpark, DSparkConfig  # noqa: E402
+from paths import TARGET_GGUF  # noqa: E402
+
+
+def load_dspark(path):
+    """DSpark from a training checkpoint or from our dflash GGUF."""
+    if str(path).endswith(".gguf"):
+        import export_dspark
+        f = gguf_reader.read(path)
+        md = f.metadata
+        c = gguf_model.config_from_metadata(md, "dflash")
+        cfg = DSparkConfig(**{k: getattr(c, k) for k in ("vocab_size", "n_layer", "n_embd", "n_head", "n_head_kv",
+                                                         "head_dim", "n_ff", "n_ctx", "rope_base", "norm_eps")},
+                           target_layer_ids=[l - 1 for l in md["dflash.target_layers"]],
+                           block_size=md["dflash.block_size"], mask_token_id=md["tokenizer.ggml.mask_token_id"],
+                           markov_rank=f.tensor_info["markov_w1.weight"][0][0])
+        m = DSpark(cfg)
+        inv = {export_dspark.tensor_name(k): k for k in m.state_dict()}
+        m.load_state_dict({inv[n]: torch.from_numpy(np.array(a, dtype=np.float32)) for n, a in f.tensors.items()})
+    else:
+        ck = tu.load_checkpoint(path)
+        m = DSpark(DSparkConfig(**ck["config"]))
+        m.load_state_dict(ck["model"])
+    return m.eval()
+
+
+def prompts_and_continuations(target, n_prompts, prompt_len, gen_len):
+    val, _ = tok.load_cache("val")
+    starts = np.linspace(0, len(val) - prompt_len - 1, n_prompts).astype(int)
+    seqs = []
+    for s in starts:
+        p = val[s:s + prompt_len].astype(int).tolist()
+        y = decode.greedy(target, p, gen_len, stop_ids=())
+        seqs.append((p, y))
+    return seqs
+
+
+class Stats:
+    def __init__(self, n):
+        self.n = n
+        self.steps, self.committed = 0, 0
+        self.reached = np.zeros(n)
+        self.accepted = np.zeros(n)
+        self.conf_sum = np.zeros(n)
+
+    def add(self, drafts, truth, confs=None):
+        a = 0
+        while a < len(drafts) and drafts[a] == truth[a]:
+            a += 1
+        for k in range(min(a + 1, len(drafts))):
+            self.reached[k] += 1
+            self.accepted[k] += k < a
+            if confs is not None:
+                self.conf_sum[k] += confs[k]
+        self.steps += 1
+        self.committed += a + 1
+        return a
+
+    def report(self, with_conf=False):
+        r = {"tau": round(self.committed / max(1, self.steps), 3), "steps": self.steps,
+             "accept_rate_per_position": [round(x, 3) for x in self.accepted / np.maximum(1, self.reached)]}
+        if with_conf:
+            pred = self.conf_sum / np.maximum(1, self.reached)
+            real = self.accepted / np.maximum(1, self.reached)
+            r["confidence_pred_per_position"] = [round(x, 3) for x in pred]
+            r["confidence_abs_err_per_position"] = [round(x, 3) for x in np.abs(pred - real)]
+            r["confidence_mean_abs_err"] = round(float(np.abs(pred - real)[self.reached > 0].mean()), 3)
+        return r
+
+
+@torch.no_grad()
+def eval_dspark(target, drafter, seqs, n_draft):
+    st = Stats(n_draft)
+    ids_l = drafter.c.target_layer_ids
+    for p, y in seqs:
+        s = p + y
+        _, tapped = target.hidden_states(torch.tensor([s]), taps=tuple(ids_l))
+        taps = torch.cat([tapped[l] for l in ids_l], -1).float()
+        j = len(p)  # y[0] is the first target token: the first anchor
+        while j + n_draft < len(s):
+            toks, confs, _ = drafter.draft(target.tok_embd.weight.float(), taps[:, :j], s[j], j, n_draft)
+            a = st.add(toks, s[j + 1:j + 1 + n_draft], confs)
+            j += a + 1
+    return st.report(with_conf=True)
+
+
+@torch.no_grad()
+def eval_draft_model(target, draft, seqs, n_draft):
+    st = Stats(n_draft)
+    for p, y in seqs:
+        s = p + y
+        cache = decode.KVCache(len(draft.blocks))
+        j = len(p)
+        while j + n_draft < len(s):
+            if cache.n < j:  # commit everything before the anchor
+                decode.forward_cached(draft, torch.tensor([s[cache.n:j]]), cache)
+            logits = decode.forward_cached(draft, torch.tensor([[s[j]]]), cache)
+            drafts = []
+            for _ in range(n_draft):
+                t = int(logits[0, -1].argmax())
+                drafts.append(t)
+                logits = decode.forward_cached(draft, torch.tensor([[t]]), cache)
+            cache.crop(j + 1)
+            a = st.add(drafts, s[j + 1:j + 1 + n_draft])
+            j += a + 1
+    return st.report()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default=str(TARGET_GGUF))
+    ap.add_argument("--draft", default=None, help="draft model GGUF (qwen3) or checkpoint")
+    ap.add_argument("--dspark", default=None, help="DSpark GGUF (dflash) or checkpoint")
+    ap.add_argument("--n-prompts", type=int, default=16)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--gen-len", type=int, default=128)
+    ap.add_argument("--draft-n", type=int, default=5, help="draft length of the draft model")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default=None, help="also write the results here")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    target = teacher_mod.load_target(a.target)
+    seqs = prompts_and_continuations(target, a.n_prompts, a.prompt_len, a.gen_len)
+    res = {}
+    if a.draft:
+        draft = teacher_mod.load_target(a.draft)
+        res["draft"] = eval_draft_model(target, draft, seqs, a.draft_n)
+        print("draft model:", json.dumps(res["draft"]), flush=True)
+    if a.dspark:
+        ds = load_dspark(a.dspark)
+        res["dspark"] = eval_dspark(target, ds, seqs, ds.c.block_size)
+        print("dspark:", json.dumps(res["dspark"]), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Training invariants: exact resume, DSpark train/inference equivalence, anchors and masks, export.
+
+    /usr/bin/python3 -m unittest discover -s tools/train/tests -t tools/train
+"""
+import csv
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import dspark_loss  # noqa: E402
+import export_dspark  # noqa: E402
+import gguf_reader  # noqa: E402
+import tokenizer as tok  # noqa: E402
+from dspark_model import DSpark, DSparkConfig  # noqa: E402
+from model import Qwen3, Qwen3Config  # noqa: E402
+
+TINY_T = Qwen3Config(n_layer=4, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=48, n_ctx=64)
+TINY_D = DSparkConfig(n_layer=2, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=48, n_ctx=64,
+                      target_layer_ids=[0, 1, 2], block_size=4, markov_rank=8)
+
+
+class TestResume(unittest.TestCase):
+    def test_resume_is_exact(self):
+        import train_target
+        cfg = json.dumps(dict(n_layer=1, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=32, n_ctx=64))
+        common = ["--config", cfg, "--seq-len", "32", "--tokens-per-step", "128", "--eval-every", "1000",
+                  "--log-every", "1", "--total-tokens", "4000", "--dtype", "fp32", "--long-every", "3"]
+        with tempfile.TemporaryDirectory() as d:
+            train_target.main(common + ["--out", f"{d}/a", "--max-steps", "6"])
+            train_target.main(common + ["--out", f"{d}/b", "--max-steps", "3"])
+            train_target.main(common + ["--out", f"{d}/b", "--max-steps", "3", "--resume"])
+
+            def losses(run):
+                with open(f"{d}/{run}/losses.csv") as f:
+                    return [r["loss"] for r in csv.DictReader(f)]
+            self.assertEqual(losses("a"), losses("b"))
+
+
+class TestDSpark(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(0)
+        self.target = Qwen3(TINY_T).eval().requires_grad_(False)
+        self.drafter = DSpark(TINY_D).eval()
+        with torch.no_grad():
+            for p in self.drafter.parameters():
+                if p.dim() == 1:
+                    p.add_(0.2 * torch.randn_like(p))
+
+    def test_anchor_sampling(self):
+        m = torch.zeros(2, 20, dtype=torch.bool)
+        m[0, 5:] = True
+        m[1, 18:] = True  # a single candidate (p = 18)
+        a, keep = dspark_loss.sample_anchors(m, 6, torch.Generator().manual_seed(1))
+        self.assertTrue(keep[0].all())
+        self.assertTrue(bool((a[0] >= 5).all() and (a[0] <= 18).all()))
+        self.assertEqual(a[0].tolist(), sorted(set(a[0].tolist())))
+        self.assertEqual(keep[1].tolist(), [True] + [False] * 5)
+        self.assertEqual(a[1, 0].item(), 18)
+
+    def test_block_mask(self):
+        a, keep = torch.tensor([[3, 7]]), torch.tensor([[True, True]])
+        m = dspark_loss.block_mask(a, keep, 10, 2)[0]
+        self.assertEqual(m.shape, (4, 14))
+        self.assertEqual(m[0, :10].tolist(), [True] * 3 + [False] * 7)   # strictly before the anchor
+        self.assertEqual(m[2, :10].tolist(), [True] * 7 + [False] * 3)
+        self.assertEqual(m[1, 10:].tolist(), [True, True, False, False])  # own block, both ways
+        self.assertEqual(m[3, 10:].tolist(), [False, False, True, True])
+
+    def test_train_matches_inference(self):
+        """Training forward (full context + mask) == llama.cpp-style inference (context < p, no mask)."""
+        c = TINY_D
+        x = torch.randint(4, 4096, (1, 20))
+        _, tapped = self.target.hidden_states(x, taps=tuple(c.target_layer_ids))
+        taps = torch.cat([tapped[l] for l in c.target_layer_ids], -1)
+        p, B = 9, c.block_size
+        ids = torch.tensor([[x[0, p].item()] + [c.mask_token_id] * (B - 1)])
+        emb = F.embedding(ids, self.target.tok_embd.weight)
+        pos = torch.arange(p, p + B)
+        with torch.no_grad():
+            mask = dspark_loss.block_mask(torch.tensor([[p]]), torch.tensor([[True]]), 20, B)
+            h_train = self.drafter.backbone(emb, pos, self.drafter.context(taps), torch.arange(20), mask)
+            h_inf = self.drafter.backbone(emb, pos, self.drafter.context(taps[:, :p]), torch.arange(p),
+                                          torch.ones(1, B, p + B, dtype=torch.bool))
+            torch.testing.assert_close(h_train, h_inf, atol=1e-5, rtol=1e-5)
+            toks, confs, z = self.drafter.draft(self.target.tok_embd.weight, taps[:, :p], x[0, p].item(), p)
+            bias, e = self.drafter.markov(x[0, p])
+            z0 = F.linear(h_train[0, 0], self.target.tok_embd.weight) + bias
+            torch.testing.assert_close(z[0], z0, atol=1e-5, rtol=1e-5)
+            self.assertEqual(toks[0], int(z0.argmax()))
+            self.assertAlmostEqual(confs[0], torch.sigmoid(self.drafter.confidence_logit(h_train[0, 0], e)).item(), 5)
+
+    def test_loss_runs_and_backprops(self):
+        x = torch.randint(4, 4096, (2, 24))
+        m = torch.ones_like(x, dtype=torch.bool)
+        self.drafter.train()
+        loss, met = dspark_loss.dspark_forward(self.drafter, self.target, x, m, 5, torch.Generator().manual_seed(0))
+        loss.backward()
+        self.assertTrue(torch.isfinite(loss))
+        self.assertIsNotNone(self.drafter.markov_w1.weight.grad)
+        self.assertIsNotNone(self.drafter.conf_proj.weight.grad)
+        self.assertEqual(len(met["accept_at_k"]), TINY_D.block_size)
+        self.assertTrue(1.0 <= met["tau_prob"] <= 1 + TINY_D.block_size)
+
+    def test_export_layout(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "ds.gguf")
+            export_dspark.write_dspark(p, self.drafter.state_dict(), TINY_D, tok.load())
+            f = gguf_reader.read(p)
+            md = f.metadata
+            self.assertEqual(md["general.architecture"], "dflash")
+            self.assertEqual(md["dflash.target_layers"], [1, 2, 3])
+            self.assertEqual(md["dflash.block_size"], 4)
+            self.assertIs(md["dflash.sample_from_anchor"], True)
+            self.assertEqual(md["tokenizer.ggml.mask_token_id"], tok.MASK_ID)
+            self.assertEqual(f.tensor_info["fc.weight"][0], [3 * 32, 32])
+            self.assertEqual(f.tensor_info["markov_w1.weight"][0], [8, 4096])
+            self.assertEqual(f.tensor_info["markov_w2.weight"][0], [8, 4096])
+            self.assertEqual(f.tensor_info["conf_proj.weight"][0], [32 + 8, 1])
+            self.assertEqual(f.tensor_info["conf_proj.bias"][0], [1])
+            for n in ("enc.output_norm.weight", "output_norm.weight", "blk.1.attn_k_norm.weight"):
+                self.assertIn(n, f.tensors)
+            self.assertNotIn("token_embd.weight", f.tensors)
+            self.assertNotIn("output.weight", f.tensors)
+
+
+if __name__ == "__main__":
+    unittest.main()
