@@ -17,6 +17,9 @@ struct DrafterNeeds {
   // Target layers whose input residual stream the drafter reads for every committed row.
   std::vector<int> target_tap_layers;
   int max_draft = 16;  // the longest block it can propose in one step
+  // Draft.survival comes from a trained confidence head (worth scheduling on by default), not
+  // from draft probabilities.
+  bool confidence_head = false;
 };
 
 struct DraftParams {
@@ -31,8 +34,12 @@ struct Draft {
   // top-k / top-p / min-p transforms as the target). Empty: the draft is deterministic (q is
   // one-hot on the token), as for n-gram lookup or greedy drafting.
   std::vector<std::vector<float>> q;
-  // Per slot, the drafter's estimate that the prefix up to and including this token survives
-  // verification (confidence head or cumulative draft probability); empty if it has none.
+  // Per token, the drafter's own probability of it (softmax of its logits); used by the
+  // --spec-draft-p-min cut. Empty if the drafter has none.
+  std::vector<float> probs;
+  // Per slot, a calibrated estimate that the prefix up to and including this token survives
+  // verification (a trained confidence head). Empty if the drafter has none; schedulers then
+  // use the acceptance measured so far.
   std::vector<float> survival;
   int forward_passes = 0;  // drafter model passes spent on this draft (statistics)
 };

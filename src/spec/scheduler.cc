@@ -4,12 +4,53 @@
 
 namespace dspark {
 
+CostModel::CostModel(const std::vector<double>& verify_ms) {
+  for (size_t i = 0; i < verify_ms.size(); ++i) points_.emplace_back(static_cast<int>(i) + 1, verify_ms[i]);
+}
+
 double CostModel::VerifyMs(int rows) const {
-  if (verify_ms_.empty()) return static_cast<double>(rows);
-  const int n = static_cast<int>(verify_ms_.size());
-  if (rows <= n) return verify_ms_[std::max(rows, 1) - 1];
-  const double slope = n >= 2 ? std::max(0.0, verify_ms_[n - 1] - verify_ms_[n - 2]) : verify_ms_[0];
-  return verify_ms_[n - 1] + slope * (rows - n);
+  if (points_.empty()) return static_cast<double>(rows);
+  if (rows <= points_.front().first) return points_.front().second;
+  for (size_t i = 1; i < points_.size(); ++i) {
+    const auto [r1, m1] = points_[i];
+    if (rows <= r1) {
+      const auto [r0, m0] = points_[i - 1];
+      return m0 + (m1 - m0) * (rows - r0) / static_cast<double>(r1 - r0);
+    }
+  }
+  const size_t n = points_.size();
+  const double slope = n >= 2 ? std::max(0.0, (points_[n - 1].second - points_[n - 2].second) /
+                                                  (points_[n - 1].first - points_[n - 2].first))
+                              : points_[0].second;
+  return points_[n - 1].second + slope * (rows - points_[n - 1].first);
+}
+
+std::vector<int> AdmitDraftSlots(const std::vector<std::vector<double>>& survival, int base_rows,
+                                 double base_tokens, const CostModel& cost) {
+  struct Slot {
+    double survival;
+    int seq, index;
+  };
+  std::vector<Slot> slots;
+  for (size_t s = 0; s < survival.size(); ++s)
+    for (size_t i = 0; i < survival[s].size(); ++i) slots.push_back({survival[s][i], static_cast<int>(s), static_cast<int>(i)});
+  // Highest survival first; within a sequence survival never rises, and a stable sort keeps slot order on ties,
+  // so every prefix of this order is a set of per-sequence prefixes.
+  std::stable_sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.survival > b.survival; });
+  double expected = base_tokens;
+  double best_rate = expected / cost.VerifyMs(std::max(base_rows, 1));
+  size_t best_len = 0;
+  for (size_t n = 1; n <= slots.size(); ++n) {
+    expected += slots[n - 1].survival;
+    const double rate = expected / cost.VerifyMs(base_rows + static_cast<int>(n));
+    if (rate > best_rate) {
+      best_rate = rate;
+      best_len = n;
+    }
+  }
+  std::vector<int> k(survival.size(), 0);
+  for (size_t n = 0; n < best_len; ++n) k[slots[n].seq] = std::max(k[slots[n].seq], slots[n].index + 1);
+  return k;
 }
 
 namespace {
@@ -28,9 +69,16 @@ double DraftScheduler::Rate(const std::vector<double>& surv, int k, double draft
   return expected / (cost_.VerifyMs(k + 1) + draft_ms_per_token * k);
 }
 
+double DraftScheduler::ExpectedSurvival(int i) const {
+  double s = 1.0;
+  for (int j = 0; j <= i && j < static_cast<int>(accept_.size()); ++j) s *= accept_[j];
+  return i < static_cast<int>(accept_.size()) ? s : 0.0;
+}
+
 int DraftScheduler::Budget(int room) {
   const int cap = std::max(0, std::min(options_.n_max, room));
-  if (!options_.adaptive) return cap;
+  // Cost mode drafts a whole block and lets Cut pick the verified prefix from the draft's survival.
+  if (!options_.adaptive || options_.mode == ScheduleMode::kCost) return cap;
   std::vector<double> surv(cap);
   double s = 1.0;
   for (int i = 0; i < cap; ++i) surv[i] = (s *= accept_[i]);
@@ -59,23 +107,32 @@ int DraftScheduler::Budget(int room) {
 
 int DraftScheduler::Cut(const Draft& draft) const {
   int k = std::min(static_cast<int>(draft.tokens.size()), options_.n_max);
-  if (options_.p_min > 0 && !draft.survival.empty()) {
-    // Hard cut at the first slot whose own confidence (survival ratio) is below p_min.
+  if (options_.p_min > 0) {
+    // Hard cut before the first slot whose own confidence is below p_min: the draft probability,
+    // or for a confidence head the ratio of consecutive survivals (= that slot's confidence).
     double prev = 1.0;
-    for (int i = 0; i < k && i < static_cast<int>(draft.survival.size()); ++i) {
-      const double own = prev > 0 ? draft.survival[i] / prev : 0;
+    for (int i = 0; i < k; ++i) {
+      double own = 1.0;
+      if (i < static_cast<int>(draft.probs.size())) {
+        own = draft.probs[i];
+      } else if (i < static_cast<int>(draft.survival.size())) {
+        own = prev > 0 ? draft.survival[i] / prev : 0;
+        prev = draft.survival[i];
+      }
       if (own < options_.p_min) {
         k = i;
         break;
       }
-      prev = draft.survival[i];
     }
   }
-  if (options_.adaptive && !draft.survival.empty() && k > 0) {
-    std::vector<double> surv(draft.survival.begin(), draft.survival.begin() + std::min<size_t>(k, draft.survival.size()));
+  if (options_.adaptive && k > 0) {
+    // Drafting is already paid for: verify the prefix with the best expected tokens per ms.
+    std::vector<double> surv(k);
+    for (int j = 0; j < k; ++j)
+      surv[j] = j < static_cast<int>(draft.survival.size()) ? draft.survival[j] : ExpectedSurvival(j);
     int best_k = 0;
-    double best = Rate(surv, 0, 0.0);  // drafting is already paid for
-    for (int j = 1; j <= static_cast<int>(surv.size()); ++j) {
+    double best = Rate(surv, 0, 0.0);
+    for (int j = 1; j <= k; ++j) {
       const double r = Rate(surv, j, 0.0);
       if (r > best) {
         best = r;

@@ -11,25 +11,49 @@
 
 namespace dspark {
 
+// How much of a proposed draft is verified (--spec-schedule).
+enum class ScheduleMode {
+  kCut,   // the draft up to the cap, the p_min cut and n_min (llama.cpp's behaviour)
+  kCost,  // per step, the k maximising (1 + a_1 + ... + a_k) / t_verify(k + 1), with a_i the
+          // draft's predicted survival (confidence head or draft probabilities) and t_verify the
+          // profiled cost model; applied after the cut. The engine profiles the cost model when
+          // `adaptive` is set, so cost mode sets it too (Budget then asks for the whole cap).
+};
+
 struct ScheduleOptions {
   int n_max = 8;
   int n_min = 0;       // drafts shorter than this are dropped (verified as plain decoding)
   float p_min = 0.0f;  // confidence cut, passed to the drafter and applied to survival estimates
   bool adaptive = false;
+  ScheduleMode mode = ScheduleMode::kCut;
 };
 
-// Milliseconds of one target pass over `rows` rows (rows = 1 + drafted tokens), measured.
+// Milliseconds of one target pass over `rows` rows (all sequences' anchors and draft tokens),
+// measured at a few row counts and interpolated linearly between them.
 class CostModel {
  public:
   CostModel() = default;
-  explicit CostModel(std::vector<double> verify_ms) : verify_ms_(std::move(verify_ms)) {}
-  bool empty() const { return verify_ms_.empty(); }
+  // verify_ms[r - 1]: cost of r rows, r = 1..size.
+  explicit CostModel(const std::vector<double>& verify_ms);
+  // (rows, ms) points with increasing rows.
+  explicit CostModel(std::vector<std::pair<int, double>> points) : points_(std::move(points)) {}
+  bool empty() const { return points_.empty(); }
   // rows >= 1; beyond the profiled range the cost grows linearly with the last measured slope.
+  // Without measurements every row costs 1.
   double VerifyMs(int rows) const;
+  const std::vector<std::pair<int, double>>& points() const { return points_; }
 
  private:
-  std::vector<double> verify_ms_;  // [rows - 1]
+  std::vector<std::pair<int, double>> points_;
 };
+
+// Batch-wide admission of draft slots (DSpark's production scheduler). survival[s][i] is the
+// predicted probability that sequence s's first i+1 draft tokens are all accepted (non-increasing
+// in i). `base_rows` rows are in the pass anyway (anchors, prefill) and `base_tokens` tokens are
+// committed by them. Returns, per sequence, how many draft tokens to verify: the prefix of all
+// slots sorted by survival that maximises expected committed tokens per millisecond.
+std::vector<int> AdmitDraftSlots(const std::vector<std::vector<double>>& survival, int base_rows,
+                                 double base_tokens, const CostModel& cost);
 
 class DraftScheduler {
  public:
@@ -41,6 +65,9 @@ class DraftScheduler {
   int Cut(const Draft& draft) const;
   // Feedback after verification: `drafted` tokens verified, `accepted` kept, drafting took draft_ms.
   void Observe(int drafted, int accepted, double draft_ms);
+
+  // Measured probability that the first i+1 draft tokens are all accepted.
+  double ExpectedSurvival(int i) const;
 
   // Expected committed tokens per ms when verifying k tokens with survival probabilities `surv`
   // (surv[i] = P(first i+1 tokens accepted)) and drafting cost draft_ms_per_token.

@@ -57,6 +57,10 @@ TEST(Scheduler, FixedModeCapsAndCutsOnConfidence) {
   d.tokens = {1, 2, 3, 4};
   d.survival = {0.9f, 0.81f, 0.3f, 0.2f};  // own confidences 0.9, 0.9, 0.37, 0.67
   EXPECT_EQ(s.Cut(d), 2);
+  Draft by_prob;
+  by_prob.tokens = {1, 2, 3};
+  by_prob.probs = {0.6f, 0.4f, 0.9f};
+  EXPECT_EQ(s.Cut(by_prob), 1);
   o.n_min = 3;
   DraftScheduler strict(o, CostModel());
   EXPECT_EQ(strict.Cut(d), 0);

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "spec/engine.h"
+#include "spec/batch_engine.h"
 
 namespace dspark {
 
@@ -31,17 +31,19 @@ Status CheckVocabCompatible(const Tokenizer& draft, const Tokenizer& target) {
 Result<std::unique_ptr<DraftModelDrafter>> DraftModelDrafter::Create(std::unique_ptr<Model> draft,
                                                                      const Tokenizer& draft_vocab,
                                                                      const Tokenizer& target_vocab, ThreadPool& pool,
-                                                                     int n_ctx, int max_draft) {
+                                                                     int n_ctx, int max_draft, int n_seq) {
   DSPARK_TRY(CheckVocabCompatible(draft_vocab, target_vocab));
-  return std::unique_ptr<DraftModelDrafter>(new DraftModelDrafter(std::move(draft), pool, n_ctx, max_draft));
+  return std::unique_ptr<DraftModelDrafter>(new DraftModelDrafter(std::move(draft), pool, n_ctx, max_draft, n_seq));
 }
 
-DraftModelDrafter::DraftModelDrafter(std::unique_ptr<Model> draft, ThreadPool& pool, int n_ctx, int max_draft)
-    : model_(std::move(draft)), pool_(pool), cache_(model_->config(), 1, n_ctx), max_draft_(max_draft) {}
+DraftModelDrafter::DraftModelDrafter(std::unique_ptr<Model> draft, ThreadPool& pool, int n_ctx, int max_draft,
+                                     int n_seq)
+    : model_(std::move(draft)), pool_(pool), cache_(model_->config(), n_seq, n_ctx), cached_(n_seq),
+      max_draft_(max_draft) {}
 
 Status DraftModelDrafter::Begin(int seq) {
   // Keep the cache: the next context likely shares a prefix (same system prompt); Propose trims it.
-  return Status::Ok();
+  return cache_.CheckSeq(seq);
 }
 
 Result<Draft> DraftModelDrafter::Propose(int seq, std::span<const int32_t> context, const DraftParams& params,
@@ -53,20 +55,21 @@ Result<Draft> DraftModelDrafter::Propose(int seq, std::span<const int32_t> conte
   if (budget <= 0) return d;
 
   // Reuse the longest common prefix, but recompute at least the last context token for logits.
+  DSPARK_TRY(cache_.CheckSeq(seq));
+  std::vector<int32_t>& cached = cached_[seq];
   size_t keep = 0;
-  while (keep < cached_.size() && keep < context.size() && cached_[keep] == context[keep]) ++keep;
+  while (keep < cached.size() && keep < context.size() && cached[keep] == context[keep]) ++keep;
   keep = std::min(keep, context.size() - 1);
-  DSPARK_TRY(cache_.Truncate(0, static_cast<int>(keep)));
-  cached_.resize(keep);
+  DSPARK_TRY(cache_.Truncate(seq, static_cast<int>(keep)));
+  cached.resize(keep);
 
   const std::vector<int32_t> fresh(context.begin() + keep, context.end());
   DSPARK_ASSIGN_OR_RETURN(std::vector<float> logits,
-                          Prefill(*model_, cache_, pool_, 0, fresh, static_cast<int>(keep), 512));
+                          Prefill(*model_, cache_, pool_, seq, fresh, static_cast<int>(keep), 512));
   d.forward_passes += static_cast<int>((fresh.size() + 511) / 512);
-  cached_.insert(cached_.end(), fresh.begin(), fresh.end());
+  cached.insert(cached.end(), fresh.begin(), fresh.end());
 
   std::vector<float> q;
-  double survival = 1.0;
   // Confidence uses the draft's untempered distribution, as llama.cpp's p_min does.
   SamplingParams conf_params;
   conf_params.temperature = 1.0f;
@@ -87,14 +90,13 @@ Result<Draft> DraftModelDrafter::Propose(int seq, std::span<const int32_t> conte
     if (params.p_min > 0 && prob < params.p_min) break;
     d.tokens.push_back(tok);
     if (!params.sampling.greedy()) d.q.push_back(q);
-    survival *= prob;
-    d.survival.push_back(static_cast<float>(survival));
+    d.probs.push_back(prob);
     if (i + 1 == budget) break;
     Batch b;
-    b.Add(tok, n_ctx_tokens + i, 0, true);
+    b.Add(tok, n_ctx_tokens + i, seq, true);
     DSPARK_ASSIGN_OR_RETURN(ForwardOutput out, model_->Forward(b, cache_, pool_));
     ++d.forward_passes;
-    cached_.push_back(tok);
+    cached.push_back(tok);
     logits = std::move(out.logits);
   }
   return d;

@@ -17,19 +17,19 @@ class DraftModelDrafter final : public Drafter {
   // Refuses a draft whose vocabulary differs from the target's (see CheckVocabCompatible).
   static Result<std::unique_ptr<DraftModelDrafter>> Create(std::unique_ptr<Model> draft, const Tokenizer& draft_vocab,
                                                            const Tokenizer& target_vocab, ThreadPool& pool, int n_ctx,
-                                                           int max_draft = 16);
+                                                           int max_draft = 16, int n_seq = 1);
   std::string_view Name() const override { return "draft-model"; }
   DrafterNeeds Needs() const override { return {{}, max_draft_}; }
   Status Begin(int seq) override;
   Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override;
 
  private:
-  DraftModelDrafter(std::unique_ptr<Model> draft, ThreadPool& pool, int n_ctx, int max_draft);
+  DraftModelDrafter(std::unique_ptr<Model> draft, ThreadPool& pool, int n_ctx, int max_draft, int n_seq);
 
   std::unique_ptr<Model> model_;
   ThreadPool& pool_;
   KvCache cache_;
-  std::vector<int32_t> cached_;  // tokens whose K/V the draft cache holds, in order
+  std::vector<std::vector<int32_t>> cached_;  // per sequence: tokens whose K/V the draft cache holds
   int max_draft_;
 };
 

@@ -1,11 +1,12 @@
 #include "spec/drafters/factory.h"
 
 #include "spec/drafters/draft_model.h"
+#include "spec/drafters/dspark_drafter.h"
 #include "spec/drafters/synthetic.h"
 
 namespace dspark {
 
-std::vector<std::string> DrafterTypes() { return {"none", "draft-simple", "ngram", "synthetic"}; }
+std::vector<std::string> DrafterTypes() { return {"none", "draft-simple", "draft-dspark", "draft-dflash", "ngram", "synthetic"}; }
 
 Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, const Model& target,
                                                const Tokenizer& target_vocab, ThreadPool& pool, int n_ctx) {
@@ -30,7 +31,16 @@ Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, cons
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> draft_vocab, Tokenizer::FromGguf(*shared));
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DraftModelDrafter> d,
                             DraftModelDrafter::Create(std::move(draft), *draft_vocab, target_vocab, pool, n_ctx,
-                                                      config.max_draft));
+                                                      config.max_draft, config.n_seq));
+    return std::unique_ptr<Drafter>(std::move(d));
+  }
+  if (config.type == "draft-dspark" || config.type == "draft-dflash") {
+    if (config.draft_model.empty()) return InvalidArgument("spec: --spec-type {} needs -md DRAFT.gguf", config.type);
+    DflashLoadOptions o;
+    o.kind = config.type == "draft-dspark" ? BlockDraftKind::kDSpark : BlockDraftKind::kDFlash;
+    o.need_confidence = o.kind == BlockDraftKind::kDSpark && config.p_min > 0;
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DflashModel> m, DflashModel::Load(config.draft_model, target, target_vocab, o));
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DSparkDrafter> d, DSparkDrafter::Create(std::move(m), o.kind, pool, n_ctx));
     return std::unique_ptr<Drafter>(std::move(d));
   }
   std::string known;

@@ -13,9 +13,11 @@
 namespace dspark {
 
 struct DrafterConfig {
-  std::string type = "none";   // none | draft-simple | ngram | synthetic
-  std::string draft_model;     // -md, for draft-simple
+  std::string type = "none";   // none | draft-simple | draft-dspark | draft-dflash | ngram | synthetic
+  std::string draft_model;     // -md, for draft-simple, draft-dspark and draft-dflash
+  float p_min = 0.0f;          // draft-dspark: a confidence cut, which needs a confidence head
   int max_draft = 16;
+  int n_seq = 1;               // sequences the drafter serves at once (server slots)
   NgramOptions ngram;
   double synthetic_accept = 0.8;
   std::vector<int32_t> synthetic_reference;  // prompt + the target's plain output

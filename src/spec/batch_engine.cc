@@ -1,0 +1,411 @@
+#include "spec/batch_engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "spec/verifier.h"
+#include "util/log.h"
+
+namespace dspark {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+// Row counts at which the cost of a target pass is measured; others are interpolated.
+constexpr int kCostGrid[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128};
+}  // namespace
+
+struct BatchEngine::Sequence {
+  int64_t id = 0;
+  int slot = -1;
+  std::vector<int32_t> prompt;
+  GenerateOptions options;
+  TokenCallback on_token;
+  DoneCallback on_done;
+
+  int n_prefilled = 0;          // prompt tokens already in the target cache
+  std::vector<int32_t> context; // prompt + generated; the last one is the pending anchor
+  Rng rng{0}, draft_rng{0};
+  std::unique_ptr<StreamingDetokenizer> detok;
+  std::unique_ptr<StopStringMatcher> stops;
+  std::unique_ptr<DraftScheduler> scheduler;
+  bool use_drafter = false;
+  GenerateResult result;
+  std::string stop_reason;      // set when finished
+  Clock::time_point decode_start;
+
+  // Per-step scratch.
+  Draft draft;
+  int k = 0;
+  int row0 = 0;                 // first batch row of this sequence in the current pass
+  int n_rows = 0;
+  double draft_ms = 0;
+
+  bool decoding() const { return n_prefilled == static_cast<int>(prompt.size()); }
+};
+
+Status CheckPromptFits(int prompt_tokens, int n_ctx) {
+  if (prompt_tokens == 0) return InvalidArgument("prompt is empty (no tokens after tokenisation)");
+  if (prompt_tokens >= n_ctx)
+    return OutOfRange("prompt has {} tokens but the context holds {}; shorten it or raise --ctx-size",
+                      prompt_tokens, n_ctx);
+  return Status::Ok();
+}
+
+Result<std::vector<float>> Prefill(Model& model, KvCache& cache, ThreadPool& pool, int seq,
+                                   const std::vector<int32_t>& ids, int start_pos, int chunk) {
+  if (chunk < 1) chunk = 1;
+  std::vector<float> last;
+  const int n = static_cast<int>(ids.size());
+  for (int b = 0; b < n; b += chunk) {
+    const int e = std::min(n, b + chunk);
+    Batch batch;
+    for (int i = b; i < e; ++i) batch.Add(ids[i], start_pos + i, seq, i == n - 1);
+    DSPARK_ASSIGN_OR_RETURN(ForwardOutput out, model.Forward(batch, cache, pool));
+    if (e == n) last = std::move(out.logits);
+  }
+  return last;
+}
+
+Result<CostModel> ProfileVerifyCost(Model& model, KvCache& cache, ThreadPool& pool, int seq, int max_rows) {
+  const int base = cache.Length(seq);
+  const int prefix = std::min(32, cache.n_ctx() - base - max_rows);
+  if (prefix < 0) return OutOfRange("profiling: no room in the context for {} rows", max_rows);
+  const int n_vocab = model.config().n_vocab;
+  auto token = [&](int i) { return static_cast<int32_t>((i * 7919 + 1) % n_vocab); };
+  if (prefix > 0) {
+    Batch warm;
+    for (int i = 0; i < prefix; ++i) warm.Add(token(i), base + i, seq, false);
+    DSPARK_TRY(model.Forward(warm, cache, pool).status());
+  }
+  std::vector<std::pair<int, double>> points;
+  for (int rows : kCostGrid) {
+    if (rows > max_rows) break;
+    double best = 1e300;
+    for (int rep = 0; rep < 3; ++rep) {
+      Batch b;
+      for (int i = 0; i < rows; ++i) b.Add(token(prefix + i), base + prefix + i, seq, true);
+      const auto t0 = Clock::now();
+      DSPARK_TRY(model.Forward(b, cache, pool).status());
+      best = std::min(best, MsSince(t0));
+      DSPARK_TRY(cache.Truncate(seq, base + prefix));
+    }
+    // Costs are monotone in reality; enforce it so noise cannot make more rows look free.
+    if (!points.empty()) best = std::max(best, points.back().second);
+    points.emplace_back(rows, best);
+  }
+  DSPARK_TRY(cache.Truncate(seq, base));
+  return CostModel(std::move(points));
+}
+
+BatchEngine::BatchEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& pool, BatchEngineOptions options,
+                         Drafter* drafter)
+    : target_(target), tokenizer_(tokenizer), pool_(pool), options_(options), drafter_(drafter),
+      cache_(target.config(), std::max(1, options.n_parallel), options.n_ctx) {
+  options_.n_parallel = std::max(1, options_.n_parallel);
+  options_.prefill_chunk = std::max(1, options_.prefill_chunk);
+  if (drafter_ != nullptr) tap_layers_ = drafter_->Needs().target_tap_layers;
+  slots_.resize(options_.n_parallel);
+}
+
+BatchEngine::~BatchEngine() = default;
+
+const CostModel& BatchEngine::cost_model() {
+  if (cost_.empty()) {
+    // Profile on a free slot, or skip (the scheduler then assumes every row costs the same).
+    for (int slot = 0; slot < options_.n_parallel; ++slot) {
+      if (slots_[slot] != nullptr || cache_.Length(slot) != 0) continue;
+      const int max_rows = std::min(128, options_.n_parallel * (options_.schedule.n_max + 1));
+      auto c = ProfileVerifyCost(target_, cache_, pool_, slot, std::max(2, max_rows));
+      if (c.ok()) cost_ = std::move(*c);
+      else DSPARK_LOG_WARN("spec: verify-cost profiling failed: {}", c.status().message());
+      break;
+    }
+  }
+  return cost_;
+}
+
+int BatchEngine::num_running() const { return running_.load(); }
+
+int BatchEngine::num_queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(queue_.size());
+}
+
+Result<int64_t> BatchEngine::Submit(std::vector<int32_t> prompt, GenerateOptions options, TokenCallback on_token,
+                                    DoneCallback on_done) {
+  DSPARK_TRY(ValidateSamplingParams(options.sampling));
+  if (options.max_new_tokens < 1) return InvalidArgument("max_tokens must be >= 1, got {}", options.max_new_tokens);
+  DSPARK_TRY(CheckPromptFits(static_cast<int>(prompt.size()), options_.n_ctx));
+  const int n_vocab = target_.config().n_vocab;
+  for (int32_t id : prompt)
+    if (id < 0 || id >= n_vocab) return InvalidArgument("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab);
+  auto s = std::make_unique<Sequence>();
+  s->prompt = std::move(prompt);
+  s->options = std::move(options);
+  s->on_token = std::move(on_token);
+  s->on_done = std::move(on_done);
+  std::lock_guard<std::mutex> lock(mu_);
+  s->id = next_id_++;
+  const int64_t id = s->id;
+  queue_.push_back(std::move(s));
+  return id;
+}
+
+void BatchEngine::Cancel(int64_t request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_.push_back(request_id);
+}
+
+void BatchEngine::FailDrafter(Sequence& s, const Status& status) {
+  DSPARK_LOG_WARN("spec: request {}: drafter '{}' failed, continuing with plain decoding: {}", s.id,
+                  drafter_->Name(), status.message());
+  ++s.result.stats.num_fallbacks;
+  s.use_drafter = false;
+}
+
+void BatchEngine::Admit() {
+  const bool adaptive = options_.schedule.adaptive && drafter_ != nullptr;
+  if (adaptive) cost_model();  // profile before the first request occupies the cache
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int slot = 0; slot < options_.n_parallel && !queue_.empty(); ++slot) {
+    if (slots_[slot] != nullptr) continue;
+    std::unique_ptr<Sequence> s = std::move(queue_.front());
+    queue_.pop_front();
+    s->slot = slot;
+    cache_.Clear(slot);
+    s->context = s->prompt;
+    s->rng = Rng(s->options.sampling.seed);
+    s->draft_rng = Rng(s->options.sampling.seed ^ 0x5eedd12af7ull);
+    s->detok = std::make_unique<StreamingDetokenizer>(tokenizer_);
+    s->stops = std::make_unique<StopStringMatcher>(s->options.stop);
+    s->scheduler = std::make_unique<DraftScheduler>(options_.schedule, cost_);
+    s->result.stats.prompt_tokens = static_cast<int64_t>(s->prompt.size());
+    s->use_drafter = drafter_ != nullptr && s->options.speculate;
+    if (s->use_drafter) {
+      Status st = drafter_->Begin(slot);
+      if (!st.ok()) FailDrafter(*s, st);
+    }
+    slots_[slot] = std::move(s);
+    running_.fetch_add(1);
+  }
+}
+
+bool BatchEngine::Emit(Sequence& s, int32_t id, TokenSource source) {
+  if (!s.options.ignore_eos && tokenizer_.IsEog(id)) {
+    s.stop_reason = "eos";
+    return false;
+  }
+  s.result.ids.push_back(id);
+  ++s.result.stats.generated_tokens;
+  const std::string shown = s.stops->Push(s.detok->Push(id));
+  s.result.text += shown;
+  if (s.on_token && !s.on_token(id, shown, source)) {
+    s.stop_reason = "cancelled";
+    return false;
+  }
+  if (s.stops->stopped()) {
+    s.stop_reason = "stop";
+    return false;
+  }
+  if (s.result.stats.generated_tokens >= s.options.max_new_tokens) {
+    s.stop_reason = "length";
+    return false;
+  }
+  return true;
+}
+
+void BatchEngine::Finish(Sequence& s, std::string reason) {
+  if (s.stop_reason.empty()) s.stop_reason = std::move(reason);
+  if (s.stop_reason != "stop" && s.stop_reason != "cancelled" && s.detok) {
+    std::string tail = s.stops->Push(s.detok->Flush());
+    tail += s.stops->Flush();
+    s.result.text += tail;
+    if (s.on_token && !tail.empty()) s.on_token(-1, tail, TokenSource::kTarget);
+  }
+  if (drafter_ != nullptr && s.use_drafter) drafter_->End(s.slot);
+  SpecStats& st = s.result.stats;
+  if (s.decode_start != Clock::time_point{}) st.decode_ms = MsSince(s.decode_start);
+  st.other_ms = std::max(0.0, st.decode_ms - st.draft_ms - st.verify_ms - st.sample_ms);
+  s.result.stop_reason = s.stop_reason;
+  cumulative_.Merge(st);
+  cache_.Clear(s.slot);
+  std::unique_ptr<Sequence> owned = std::move(slots_[s.slot]);
+  running_.fetch_sub(1);
+  if (owned->on_done) owned->on_done(std::move(owned->result));
+}
+
+Status BatchEngine::RunUntilIdle() {
+  for (;;) {
+    DSPARK_ASSIGN_OR_RETURN(bool worked, Step());
+    if (!worked) return Status::Ok();
+  }
+}
+
+Result<bool> BatchEngine::Step() {
+  // Cancellations first, so a cancelled request never occupies another pass.
+  std::vector<int64_t> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled.swap(cancelled_);
+    for (int64_t id : cancelled) {
+      auto it = std::find_if(queue_.begin(), queue_.end(), [&](const auto& q) { return q->id == id; });
+      if (it == queue_.end()) continue;
+      std::unique_ptr<Sequence> s = std::move(*it);
+      queue_.erase(it);
+      s->result.stop_reason = "cancelled";
+      if (s->on_done) s->on_done(std::move(s->result));
+    }
+  }
+  for (auto& slot : slots_)
+    if (slot && std::find(cancelled.begin(), cancelled.end(), slot->id) != cancelled.end()) Finish(*slot, "cancelled");
+  Admit();
+
+  std::vector<Sequence*> decoding, prefilling;
+  for (auto& slot : slots_) {
+    if (!slot) continue;
+    (slot->decoding() ? decoding : prefilling).push_back(slot.get());
+  }
+  if (decoding.empty() && prefilling.empty()) return false;
+  const ModelConfig& cfg = target_.config();
+  const int n_vocab = cfg.n_vocab;
+
+  // 1. Draft for every decoding sequence.
+  std::vector<std::vector<double>> survival(decoding.size());
+  const bool batch_scheduling = options_.schedule.adaptive && drafter_ != nullptr;
+  for (size_t i = 0; i < decoding.size(); ++i) {
+    Sequence& s = *decoding[i];
+    s.draft = Draft();
+    s.k = 0;
+    s.draft_ms = 0;
+    const int room = cache_.n_ctx() - cache_.Length(s.slot) - 1;
+    if (!s.use_drafter || room <= 0) continue;
+    const int remaining = s.options.max_new_tokens - static_cast<int>(s.result.stats.generated_tokens);
+    const int budget = std::min(s.scheduler->Budget(room), remaining);
+    if (budget <= 0) continue;
+    const auto td = Clock::now();
+    DraftParams dp;
+    dp.budget = budget;
+    dp.sampling = s.options.sampling;
+    dp.p_min = options_.schedule.p_min;
+    auto proposed = drafter_->Propose(s.slot, s.context, dp, s.draft_rng);
+    s.draft_ms = MsSince(td);
+    s.result.stats.draft_ms += s.draft_ms;
+    if (!proposed.ok()) {
+      FailDrafter(s, proposed.status());
+      continue;
+    }
+    s.draft = std::move(*proposed);
+    s.result.stats.num_draft_calls += s.draft.forward_passes;
+    if (static_cast<int>(s.draft.tokens.size()) > budget) s.draft.tokens.resize(budget);
+    s.k = s.scheduler->Cut(s.draft);
+    if (batch_scheduling) {
+      // Survival for batch admission: the drafter's own estimate, else measured acceptance.
+      std::vector<double>& sv = survival[i];
+      for (int j = 0; j < s.k; ++j)
+        sv.push_back(j < static_cast<int>(s.draft.survival.size()) ? s.draft.survival[j]
+                                                                    : s.scheduler->ExpectedSurvival(j));
+    }
+  }
+  if (batch_scheduling && !decoding.empty()) {
+    const auto k = AdmitDraftSlots(survival, static_cast<int>(decoding.size()), static_cast<double>(decoding.size()),
+                                   cost_);
+    for (size_t i = 0; i < decoding.size(); ++i) {
+      decoding[i]->k = std::min(decoding[i]->k, k[i]);
+      if (decoding[i]->k < options_.schedule.n_min) decoding[i]->k = 0;
+    }
+  }
+
+  // 2. One target pass: anchors + drafts, then prompt chunks.
+  Batch batch;
+  for (Sequence* s : decoding) {
+    s->row0 = batch.size();
+    const int n_past = cache_.Length(s->slot);
+    batch.Add(s->context.back(), n_past, s->slot, true);
+    for (int j = 0; j < s->k; ++j) batch.Add(s->draft.tokens[j], n_past + 1 + j, s->slot, true);
+    s->n_rows = batch.size() - s->row0;
+  }
+  int prefill_budget = options_.prefill_chunk;
+  for (Sequence* s : prefilling) {
+    s->row0 = batch.size();
+    const int n = std::min(prefill_budget, static_cast<int>(s->prompt.size()) - s->n_prefilled);
+    for (int j = 0; j < n; ++j) {
+      const int pos = s->n_prefilled + j;
+      batch.Add(s->prompt[pos], pos, s->slot, pos + 1 == static_cast<int>(s->prompt.size()));
+    }
+    s->n_rows = n;
+    prefill_budget -= n;
+  }
+  ForwardOptions fwd;
+  fwd.tap_layers = tap_layers_;
+  const auto tv = Clock::now();
+  DSPARK_ASSIGN_OR_RETURN(ForwardOutput out, target_.Forward(batch, cache_, pool_, fwd));
+  const double pass_ms = MsSince(tv);
+
+  // Logits rows come out in batch order; map batch row -> logits row.
+  std::vector<int> logit_index(batch.size(), -1);
+  for (size_t j = 0; j < out.logit_rows.size(); ++j) logit_index[out.logit_rows[j]] = static_cast<int>(j);
+  auto taps_for = [&](const Sequence& s, int pos0, int n_rows) {
+    TapRows rows;
+    rows.pos0 = pos0;
+    rows.n_rows = n_rows;
+    rows.n_embd = cfg.n_embd;
+    for (const auto& t : out.taps) rows.taps.push_back(t.data() + static_cast<size_t>(s.row0) * cfg.n_embd);
+    return rows;
+  };
+
+  // 3. Prefill bookkeeping; a finished prompt samples its first token.
+  for (Sequence* s : prefilling) {
+    if (s->n_rows == 0) continue;
+    SpecStats& st = s->result.stats;
+    st.prompt_ms += pass_ms;
+    ++st.num_target_calls;
+    if (s->use_drafter && !tap_layers_.empty()) {
+      Status ts = drafter_->ObserveTaps(s->slot, taps_for(*s, s->n_prefilled, s->n_rows));
+      if (!ts.ok()) FailDrafter(*s, ts);
+    }
+    s->n_prefilled += s->n_rows;
+    if (!s->decoding()) continue;
+    s->decode_start = Clock::now();
+    const auto ts0 = Clock::now();
+    std::vector<float> scratch;
+    const float* logits = out.Logits(logit_index[s->row0 + s->n_rows - 1], n_vocab);
+    const int32_t first = SampleToken(logits, n_vocab, s->options.sampling, s->rng, &scratch);
+    st.sample_ms += MsSince(ts0);
+    s->context.push_back(first);
+    if (!Emit(*s, first, TokenSource::kTarget)) Finish(*s, s->stop_reason);
+  }
+
+  // 4. Verify every decoding sequence against its rows' logits.
+  for (Sequence* s : decoding) {
+    SpecStats& st = s->result.stats;
+    st.verify_ms += pass_ms;
+    ++st.num_target_calls;
+    const int n_past = cache_.Length(s->slot) - s->n_rows;
+    const auto ts0 = Clock::now();
+    const VerifyResult vr = Verify(s->draft, s->k, out.Logits(logit_index[s->row0], n_vocab), n_vocab,
+                                   s->options.sampling, s->rng);
+    st.sample_ms += MsSince(ts0);
+    st.RecordStep(s->k, vr.num_accepted, s->draft.survival);
+    if (s->k > 0) s->scheduler->Observe(s->k, vr.num_accepted, s->draft_ms);
+    // Keep the anchor and the accepted draft tokens; drop the rejected rows.
+    DSPARK_TRY(cache_.Truncate(s->slot, n_past + 1 + vr.num_accepted));
+    if (s->use_drafter && !tap_layers_.empty()) {
+      Status ts = drafter_->ObserveTaps(s->slot, taps_for(*s, n_past, 1 + vr.num_accepted));
+      if (!ts.ok()) FailDrafter(*s, ts);
+    }
+    bool running = true;
+    for (size_t j = 0; j < vr.tokens.size() && running; ++j) {
+      s->context.push_back(vr.tokens[j]);
+      running = Emit(*s, vr.tokens[j], static_cast<int>(j) < vr.num_accepted ? TokenSource::kDraft : TokenSource::kTarget);
+    }
+    if (running && cache_.Length(s->slot) >= cache_.n_ctx()) {
+      s->stop_reason = "context";
+      running = false;
+    }
+    if (!running) Finish(*s, s->stop_reason);
+  }
+  return true;
+}
+
+}  // namespace dspark

@@ -1,0 +1,125 @@
+// Continuous batching with batched speculative verification. Up to n_parallel sequences run
+// together; each Step() is ONE target forward pass holding every running sequence's anchor and
+// admitted draft tokens plus a chunk of newcomers' prompts. Draft slots are admitted across the
+// whole batch by predicted survival while the expected committed tokens per millisecond of the
+// batch rises (DSpark's production scheduler), so under load it degrades smoothly to plain
+// decoding. A request's greedy output does not depend on what else is in the batch.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "spec/drafter.h"
+#include "spec/scheduler.h"
+#include "spec/stats.h"
+#include "spec/stop_strings.h"
+#include "tokenizer/tokenizer.h"
+#include "util/thread_pool.h"
+
+namespace dspark {
+
+struct GenerateOptions {
+  int max_new_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // stop strings (not included in the output)
+  bool add_bos = true;            // only if the vocabulary asks for BOS
+  bool parse_special = false;     // recognise "<|im_start|>"-style tokens in the prompt
+  bool ignore_eos = false;        // keep going past end-of-generation tokens (benchmarks)
+  bool speculate = true;          // false: plain decoding for this request
+};
+
+enum class TokenSource { kTarget, kDraft };  // sampled by the target vs an accepted draft token
+
+struct GenerateResult {
+  std::string text;
+  std::vector<int32_t> ids;  // generated ids (prompt excluded)
+  std::string stop_reason;   // "eos", "stop", "length", "context", "cancelled", "error"
+  std::string error;         // set when stop_reason == "error"
+  SpecStats stats;
+};
+
+// Called on the engine thread with each committed token and the text it made safe to show (may
+// be empty while a UTF-8 sequence or a possible stop string is pending; id -1 for the final
+// flush). Return false to cancel the request.
+using TokenCallback = std::function<bool(int32_t id, std::string_view text, TokenSource source)>;
+using DoneCallback = std::function<void(GenerateResult&&)>;
+
+struct BatchEngineOptions {
+  int n_parallel = 1;         // sequences running at once (KV cache slots)
+  int n_ctx = 2048;           // context per sequence
+  int prefill_chunk = 512;    // most prompt rows per step
+  ScheduleOptions schedule;
+};
+
+class BatchEngine {
+ public:
+  // `drafter` may be null (plain decoding); it must accept sequence ids in [0, n_parallel).
+  BatchEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& pool, BatchEngineOptions options,
+              Drafter* drafter = nullptr);
+  ~BatchEngine();
+
+  // Thread-safe. Validates and queues a request; on_done is called exactly once (engine thread).
+  Result<int64_t> Submit(std::vector<int32_t> prompt, GenerateOptions options, TokenCallback on_token,
+                         DoneCallback on_done);
+  // Thread-safe. The request stops at the next step boundary (stop_reason "cancelled").
+  void Cancel(int64_t request_id);
+
+  // Runs one step: admits queued requests into free slots, drafts, one target pass, verifies,
+  // commits. Returns false when there was nothing to do. Engine thread only.
+  Result<bool> Step();
+  // Steps until every submitted request has finished. Engine thread only.
+  Status RunUntilIdle();
+
+  int num_running() const;
+  int num_queued() const;
+  const SpecStats& cumulative_stats() const { return cumulative_; }
+  // Cost of a target pass by row count; profiled on first need (adaptive scheduling).
+  const CostModel& cost_model();
+  const BatchEngineOptions& options() const { return options_; }
+
+ private:
+  struct Sequence;
+  void Admit();
+  void Finish(Sequence& s, std::string reason);
+  bool Emit(Sequence& s, int32_t id, TokenSource source);
+  void FailDrafter(Sequence& s, const Status& status);
+
+  Model& target_;
+  const Tokenizer& tokenizer_;
+  ThreadPool& pool_;
+  BatchEngineOptions options_;
+  Drafter* drafter_;
+  std::vector<int> tap_layers_;
+  KvCache cache_;
+  CostModel cost_;
+  SpecStats cumulative_;
+
+  mutable std::mutex mu_;  // guards queue_, cancelled_, next_id_
+  std::deque<std::unique_ptr<Sequence>> queue_;
+  std::vector<int64_t> cancelled_;
+  int64_t next_id_ = 1;
+  std::vector<std::unique_ptr<Sequence>> slots_;  // [n_parallel], null = free
+  std::atomic<int> running_{0};
+};
+
+// Runs `ids` through `model` into sequence `seq` starting at `start_pos` in chunks of `chunk`
+// rows and returns the logits of the last row (drafters with their own model use it too).
+Result<std::vector<float>> Prefill(Model& model, KvCache& cache, ThreadPool& pool, int seq,
+                                   const std::vector<int32_t>& ids, int start_pos, int chunk);
+
+// Measures one target pass over r rows (all returning logits) for r on a grid up to max_rows,
+// on top of a short context in sequence `seq`, leaving the cache as it was.
+Result<CostModel> ProfileVerifyCost(Model& model, KvCache& cache, ThreadPool& pool, int seq, int max_rows);
+
+// Checks that a prompt of n tokens fits a context of n_ctx with room for at least one token.
+Status CheckPromptFits(int prompt_tokens, int n_ctx);
+
+}  // namespace dspark

@@ -1,0 +1,132 @@
+#include "spec/drafters/dspark_drafter.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace dspark {
+
+namespace {
+// Buffered feature rows beyond which prefill chunks are injected immediately (bounds memory).
+constexpr int kMaxPendingRows = 512;
+}  // namespace
+
+Result<std::unique_ptr<DSparkDrafter>> DSparkDrafter::Create(std::unique_ptr<DflashModel> model, BlockDraftKind kind,
+                                                             ThreadPool& pool, int n_ctx) {
+  if (model == nullptr) return InvalidArgument("spec: no dflash model");
+  if (n_ctx < 1) return InvalidArgument("spec: context size {} must be positive", n_ctx);
+  return std::unique_ptr<DSparkDrafter>(new DSparkDrafter(std::move(model), kind, pool, n_ctx));
+}
+
+DSparkDrafter::DSparkDrafter(std::unique_ptr<DflashModel> model, BlockDraftKind kind, ThreadPool& pool, int n_ctx)
+    : model_(std::move(model)), kind_(kind), pool_(pool), n_ctx_(n_ctx) {}
+
+DrafterNeeds DSparkDrafter::Needs() const {
+  DrafterNeeds n;
+  n.target_tap_layers = model_->config().target_layers;
+  n.max_draft = model_->config().max_drafts();
+  n.confidence_head = model_->config().has_confidence;
+  return n;
+}
+
+DSparkDrafter::SeqState& DSparkDrafter::State(int seq) {
+  SeqState& st = seqs_[seq];
+  if (st.fwd == nullptr) st.fwd = std::make_unique<DflashForward>(*model_, n_ctx_);
+  return st;
+}
+
+Status DSparkDrafter::Begin(int seq) {
+  SeqState& st = State(seq);
+  st.fwd->Reset();
+  st.pending.clear();
+  st.pending_rows = 0;
+  return Status::Ok();
+}
+
+void DSparkDrafter::End(int seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  it->second.pending.clear();
+  it->second.pending.shrink_to_fit();
+  it->second.pending_rows = 0;
+}
+
+Status DSparkDrafter::Flush(SeqState& st) {
+  if (st.pending_rows == 0) return Status::Ok();
+  DSPARK_TRY(st.fwd->Run(st.pending.data(), st.pending_rows, {}, 0, pool_, nullptr));
+  st.pending.clear();
+  st.pending_rows = 0;
+  return Status::Ok();
+}
+
+Status DSparkDrafter::ObserveTaps(int seq, const TapRows& rows) {
+  const DflashConfig& c = model_->config();
+  SeqState& st = State(seq);
+  const size_t n_taps = c.target_layers.size();
+  if (rows.taps.size() != n_taps || rows.n_embd != c.n_embd)
+    return InvalidArgument("spec: dspark expects {} taps of width {}, got {} of width {}", n_taps, c.n_embd,
+                           rows.taps.size(), rows.n_embd);
+  const int expected = st.fwd->context_length() + st.pending_rows;
+  if (rows.pos0 != expected)
+    return InvalidArgument("spec: dspark: committed rows start at position {}, but the draft context holds {} rows "
+                           "(rows must arrive in order, without gaps)",
+                           rows.pos0, expected);
+  const size_t width = n_taps * c.n_embd;
+  st.pending.resize((st.pending_rows + static_cast<size_t>(rows.n_rows)) * width);
+  for (int r = 0; r < rows.n_rows; ++r) {
+    float* dst = st.pending.data() + (st.pending_rows + static_cast<size_t>(r)) * width;
+    for (size_t t = 0; t < n_taps; ++t)
+      std::memcpy(dst + t * c.n_embd, rows.taps[t] + static_cast<size_t>(r) * c.n_embd, c.n_embd * sizeof(float));
+  }
+  st.pending_rows += rows.n_rows;
+  if (st.pending_rows >= kMaxPendingRows) DSPARK_TRY(Flush(st));
+  return Status::Ok();
+}
+
+Result<Draft> DSparkDrafter::Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) {
+  const DflashConfig& c = model_->config();
+  SeqState& st = State(seq);
+  Draft d;
+  if (context.empty()) return d;
+  // The anchor (last context token) sits at position n; rows 0..n-1 must all be known.
+  const int n = static_cast<int>(context.size()) - 1;
+  const int have = st.fwd->context_length() + st.pending_rows;
+  if (have != n)
+    return InvalidArgument("spec: dspark: the sequence has {} committed rows but the drafter saw features of {}", n,
+                           have);
+  const int budget = std::min(params.budget, c.max_drafts());
+  if (budget <= 0) return d;
+
+  // Block [anchor, MASK × (block_size - 1)] at positions n.. (bonus-anchor reads slots 1..).
+  std::vector<int32_t> block(c.block_size, c.mask_token_id);
+  block[0] = context.back();
+  DSPARK_TRY(st.fwd->Run(st.pending.data(), st.pending_rows, block, n, pool_, &st.block));
+  st.pending.clear();
+  st.pending_rows = 0;
+  d.forward_passes = 1;
+
+  ChainOptions co;
+  co.max_tokens = budget;
+  co.sampling = params.sampling;
+  co.p_min = params.p_min;
+  co.keep_logits = keep_logits_;
+  DSPARK_TRY(RunChain(*model_, st.block, context.back(), co, rng, pool_, &st.chain));
+  d.tokens = st.chain.tokens;
+  d.q = st.chain.q;
+  // Survival a_k = c_1···c_k from the confidence head, else the cumulative draft probability.
+  const std::vector<float>& per_slot = c.has_confidence ? st.chain.confidence : st.chain.prob;
+  double a = 1.0;
+  for (float p : per_slot) d.survival.push_back(static_cast<float>(a *= p));
+  return d;
+}
+
+const ChainResult* DSparkDrafter::last_chain(int seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? nullptr : &it->second.chain;
+}
+
+const BlockOutput* DSparkDrafter::last_block(int seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? nullptr : &it->second.block;
+}
+
+}  // namespace dspark

@@ -1,0 +1,63 @@
+// The DSpark / DFlash block drafter: a few draft layers over fused target features, one noise
+// block per step, the Markov chain and the confidence head (dspark_heads.h).
+//
+// Per sequence it keeps a draft K/V cache holding exactly the committed rows whose target
+// features it has seen. ObserveTaps only buffers the features of newly committed rows (the
+// engine never passes rejected rows); Propose injects them and drafts the next block in one
+// backbone pass, so every step costs one drafter pass and nothing is ever rolled back. Prefill
+// chunks are injected as they arrive once a buffer is large, to bound memory.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "spec/drafter.h"
+#include "spec/drafters/dflash_forward.h"
+#include "spec/drafters/dflash_weights.h"
+#include "spec/drafters/dspark_heads.h"
+
+namespace dspark {
+
+class DSparkDrafter final : public Drafter {
+ public:
+  // n_ctx: the target's context size. The model must outlive nothing else: the drafter owns it,
+  // but it may reference the target's embedding / LM head, so the target must outlive the drafter.
+  static Result<std::unique_ptr<DSparkDrafter>> Create(std::unique_ptr<DflashModel> model, BlockDraftKind kind,
+                                                       ThreadPool& pool, int n_ctx);
+
+  std::string_view Name() const override { return kind_ == BlockDraftKind::kDSpark ? "dspark" : "dflash"; }
+  DrafterNeeds Needs() const override;
+  Status Begin(int seq) override;
+  Status ObserveTaps(int seq, const TapRows& rows) override;
+  Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override;
+  void End(int seq) override;
+
+  const DflashModel& model() const { return *model_; }
+  // The chain of the last Propose on `seq` with its biased logits (for tests and goldens);
+  // keep_logits must be set first.
+  void set_keep_logits(bool keep) { keep_logits_ = keep; }
+  const ChainResult* last_chain(int seq) const;
+  const BlockOutput* last_block(int seq) const;
+
+ private:
+  struct SeqState {
+    std::unique_ptr<DflashForward> fwd;
+    std::vector<float> pending;  // [pending_rows, L_t * E] features of committed rows not yet injected
+    int pending_rows = 0;
+    BlockOutput block;
+    ChainResult chain;
+  };
+
+  DSparkDrafter(std::unique_ptr<DflashModel> model, BlockDraftKind kind, ThreadPool& pool, int n_ctx);
+  SeqState& State(int seq);
+  Status Flush(SeqState& st);
+
+  std::unique_ptr<DflashModel> model_;
+  BlockDraftKind kind_;
+  ThreadPool& pool_;
+  int n_ctx_;
+  bool keep_logits_ = false;
+  std::map<int, SeqState> seqs_;
+};
+
+}  // namespace dspark

@@ -1,0 +1,43 @@
+// DSpark's two heads on top of one backbone block (shared/research/dspark-llamacpp.md §4.2-4.4,
+// dspark-training.md §1.9-1.10), chained slot by slot:
+//   e_i   = markov_w1[prev_i]                                   (R floats; prev_first = anchor)
+//   z̃_i   = z_i + scale · W2·e_i   (d2t-scattered; z_i = raw LM-head logits of the slot)
+//   c_i   = σ(conf_w · [hidden_i ; e_i] + b)                    (hidden = post final norm)
+//   d_i   = argmax z̃_i (temperature 0)  or  d_i ~ q_i = transforms(z̃_i) (temperature > 0)
+//   prev_{i+1} = d_i
+// llama.cpp only chains greedily; sampling each slot from its biased distribution and handing
+// q_i to the verifier keeps exact rejection sampling lossless and accepting. Without a Markov head
+// (DFlash) the chain degenerates to independent per-slot picks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sampling/sampling.h"
+#include "spec/drafters/dflash_forward.h"
+
+namespace dspark {
+
+struct ChainOptions {
+  int max_tokens = 16;       // at most this many slots (clamped to the layout's draft slots)
+  SamplingParams sampling;   // the target's transforms; greedy chains with argmax
+  float p_min = 0.0f;        // stop before the first slot with c_i < p_min (draft prob without a confidence head)
+  bool keep_logits = false;  // return the biased logits (tests, goldens)
+};
+
+struct ChainResult {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> q;  // per token when sampling: the distribution it was drawn from
+  std::vector<float> confidence;      // c_i per token (confidence head only)
+  std::vector<float> prob;            // softmax(z̃_i)[d_i] at temperature 1
+  std::vector<float> logits;          // [tokens, V] biased logits z̃_i, if keep_logits
+};
+
+// Index of the first block slot that carries a draft token for this layout.
+int FirstDraftSlot(const DflashConfig& config);
+
+// Runs the chain over the block's draft slots. `block` comes from DflashForward::Run.
+Status RunChain(const DflashModel& model, const BlockOutput& block, int32_t anchor, const ChainOptions& options,
+                Rng& rng, ThreadPool& pool, ChainResult* out);
+
+}  // namespace dspark
