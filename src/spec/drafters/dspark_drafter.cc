@@ -112,10 +112,13 @@ Result<Draft> DSparkDrafter::Propose(int seq, std::span<const int32_t> context, 
   DSPARK_TRY(RunChain(*model_, st.block, context.back(), co, rng, pool_, &st.chain));
   d.tokens = st.chain.tokens;
   d.q = st.chain.q;
-  // Survival a_k = c_1···c_k from the confidence head, else the cumulative draft probability.
-  const std::vector<float>& per_slot = c.has_confidence ? st.chain.confidence : st.chain.prob;
-  double a = 1.0;
-  for (float p : per_slot) d.survival.push_back(static_cast<float>(a *= p));
+  if (c.has_confidence) {
+    // Survival a_k = c_1···c_k from the confidence head (the p_min cut reads c_k back as a_k / a_{k-1}).
+    double a = 1.0;
+    for (float conf : st.chain.confidence) d.survival.push_back(static_cast<float>(a *= conf));
+  } else {
+    d.probs = st.chain.prob;  // no calibrated survival: the draft's own probabilities
+  }
   return d;
 }
 

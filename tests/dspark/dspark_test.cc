@@ -1,0 +1,421 @@
+// The DSpark / DFlash drafter end to end on tiny random-weight models: greedy speculative output
+// equals plain decoding token for token (every layout and head combination, many prompts,
+// n-max 1..16), sampled output equals plain sampling in distribution (χ²), one drafter pass per
+// step, the cost schedule, and every refusal of a crafted draft file.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "dspark/dspark_models.h"
+#include "spec/drafters/dspark_drafter.h"
+#include "spec/drafters/factory.h"
+#include "spec/engine.h"
+
+namespace dspark {
+namespace {
+
+struct Loaded {
+  std::shared_ptr<const gguf::File> file;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tok;
+};
+
+Loaded LoadTarget(const std::string& path) {
+  Loaded l;
+  auto f = gguf::File::Open(path);
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  l.file = std::move(*f);
+  auto m = Model::FromFile(l.file);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  l.model = std::move(*m);
+  auto t = Tokenizer::FromGguf(*l.file);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  l.tok = std::move(*t);
+  return l;
+}
+
+std::string Tmp(const std::string& name) { return std::string(::testing::TempDir()) + "dspark_test_" + name + ".gguf"; }
+
+// Plain greedy decoding written independently of the engine.
+std::vector<int32_t> ReferenceGreedy(Model& m, ThreadPool& pool, const std::vector<int32_t>& prompt, int n) {
+  KvCache cache(m.config(), 1, 512);
+  Batch b;
+  for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], static_cast<int>(i), 0, i + 1 == prompt.size());
+  auto out = m.Forward(b, cache, pool);
+  std::vector<int32_t> gen;
+  int pos = static_cast<int>(prompt.size());
+  while (static_cast<int>(gen.size()) < n) {
+    const int32_t t = Argmax(out->logits.data(), m.config().n_vocab);
+    gen.push_back(t);
+    if (static_cast<int>(gen.size()) == n) break;
+    Batch one;
+    one.Add(t, pos++, 0, true);
+    out = m.Forward(one, cache, pool);
+  }
+  return gen;
+}
+
+class DSpark : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    target_path_ = Tmp("target");
+    ASSERT_TRUE(testing::WriteTinyTarget({}, target_path_).ok());
+    auto f = gguf::File::Open(target_path_);
+    ASSERT_TRUE(f.ok());
+    const gguf::File& t = **f;
+    testing::DflashSpec a;  // anchor-first DSpark with a confidence head, target's embedding and head
+    ASSERT_TRUE(testing::WriteDflash(a, t, Tmp("anchor_first")).ok());
+    testing::DflashSpec b;  // bonus-anchor, reduced vocabulary, own embedding, sinks, causal, scales, 2 layers
+    b.sample_from_anchor = false;
+    b.n_vocab_draft = 40;
+    b.own_embd = true;
+    b.attn_sinks = true;
+    b.causal = true;
+    b.fc_scale = true;
+    b.markov_scale = true;
+    b.confidence = false;
+    b.n_layer = 2;
+    b.block_size = 6;
+    b.target_layers = {0, 3};
+    b.seed = 202;
+    ASSERT_TRUE(testing::WriteDflash(b, t, Tmp("bonus_d2t")).ok());
+    testing::DflashSpec c;  // DFlash: no Markov head
+    c.markov_rank = 0;
+    c.confidence = false;
+    c.block_size = 16;
+    c.own_output = true;
+    c.seed = 303;
+    ASSERT_TRUE(testing::WriteDflash(c, t, Tmp("dflash")).ok());
+    testing::DflashSpec d = a;  // long block, three taps
+    d.block_size = 16;
+    d.target_layers = {1, 2, 3};
+    d.seed = 404;
+    ASSERT_TRUE(testing::WriteDflash(d, t, Tmp("long_block")).ok());
+  }
+  void SetUp() override { target_ = LoadTarget(target_path_); }
+
+  Result<std::unique_ptr<Drafter>> Create(const std::string& name, const std::string& type = "draft-dspark",
+                                          float p_min = 0.0f) {
+    DrafterConfig cfg;
+    cfg.type = type;
+    cfg.draft_model = name.find('/') == std::string::npos ? Tmp(name) : name;
+    cfg.p_min = p_min;
+    return CreateDrafter(cfg, *target_.model, *target_.tok, pool_, 256);
+  }
+
+  GenerateResult Run(Drafter* drafter, const std::vector<int32_t>& prompt, int n, ScheduleOptions so,
+                     SamplingParams sampling = {}) {
+    SpeculativeEngine engine(*target_.model, *target_.tok, pool_, 256, drafter, so);
+    GenerateOptions go;
+    go.max_new_tokens = n;
+    go.sampling = sampling;
+    go.ignore_eos = true;
+    auto r = engine.GenerateFromIds(prompt, go);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? std::move(*r) : GenerateResult{};
+  }
+
+  static std::vector<int32_t> Prompt(int variant) {
+    std::vector<int32_t> p = {1};
+    for (int i = 0; i < 3 + variant * 4; ++i) p.push_back(3 + (i * (11 + variant * 6) + variant) % 57);
+    return p;
+  }
+
+  static inline std::string target_path_;
+  Loaded target_;
+  ThreadPool pool_{1};
+};
+
+TEST_F(DSpark, GreedyEqualsPlainForEveryLayoutPromptAndDraftLength) {
+  const int n = 24;
+  for (const char* name : {"anchor_first", "bonus_d2t", "dflash", "long_block"}) {
+    const std::string type = std::string(name) == "dflash" ? "draft-dflash" : "draft-dspark";
+    for (int variant = 0; variant < 4; ++variant) {
+      const auto prompt = Prompt(variant);
+      const auto want = ReferenceGreedy(*target_.model, pool_, prompt, n);
+      ASSERT_GE(std::set<int32_t>(want.begin(), want.end()).size(), 4u) << "target output too repetitive";
+      for (int n_max : {1, 2, 3, 4, 5, 7, 8, 12, 16}) {
+        auto d = Create(name, type);
+        ASSERT_TRUE(d.ok()) << d.status().message();
+        ScheduleOptions so;
+        so.n_max = n_max;
+        const GenerateResult r = Run(d->get(), prompt, n, so);
+        ASSERT_EQ(r.ids, want) << name << " n_max " << n_max << " prompt " << variant;
+        EXPECT_GT(r.stats.num_draft_tokens, 0) << name;
+        EXPECT_EQ(r.stats.num_fallbacks, 0) << name;
+        // One drafter pass per drafting step (injection and block together).
+        EXPECT_EQ(r.stats.num_draft_calls, r.stats.num_drafts) << name;
+        EXPECT_LE(r.stats.num_draft_tokens / std::max<int64_t>(r.stats.num_drafts, 1),
+                  std::min(n_max, (*d)->Needs().max_draft));
+      }
+    }
+  }
+}
+
+TEST_F(DSpark, CostScheduleAndConfidenceCutStayLossless) {
+  const auto prompt = Prompt(2);
+  const auto want = ReferenceGreedy(*target_.model, pool_, prompt, 30);
+  auto d = Create("long_block", "draft-dspark", 0.5f);  // p_min > 0 at load: the confidence head is required
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_TRUE((*d)->Needs().confidence_head);
+  const std::pair<ScheduleMode, float> runs[] = {
+      {ScheduleMode::kCut, 0.0f}, {ScheduleMode::kCut, 0.3f}, {ScheduleMode::kCut, 0.6f}, {ScheduleMode::kCost, 0.0f},
+      {ScheduleMode::kCost, 0.3f}};
+  for (const auto& [mode, p_min] : runs) {
+    {
+      ScheduleOptions so;
+      so.n_max = 16;
+      so.mode = mode;
+      so.adaptive = mode == ScheduleMode::kCost;
+      so.p_min = p_min;
+      SpeculativeEngine engine(*target_.model, *target_.tok, pool_, 256, d->get(), so);
+      GenerateOptions go;
+      go.max_new_tokens = 30;
+      go.ignore_eos = true;
+      auto r = engine.GenerateFromIds(prompt, go);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      EXPECT_EQ(r->ids, want) << "p_min " << p_min;
+      // Survival estimates reach the statistics (calibration) for every verified slot.
+      if (r->stats.num_drafts == 0) continue;
+      ASSERT_FALSE(r->stats.predicted_survival_sum.empty());
+      for (size_t i = 0; i < r->stats.predicted_survival_sum.size(); ++i) {
+        const double mean = r->stats.predicted_survival_sum[i] / std::max<int64_t>(r->stats.drafted_per_pos[i], 1);
+        EXPECT_GT(mean, 0.0);
+        EXPECT_LE(mean, 1.0);
+      }
+    }
+  }
+}
+
+TEST_F(DSpark, ConfidenceCutStopsBeforeFirstLowConfidenceSlot) {
+  auto d = Create("long_block");
+  ASSERT_TRUE(d.ok());
+  auto* ds = static_cast<DSparkDrafter*>(d->get());
+  const auto prompt = Prompt(1);
+  // Feed the prompt's target features as the engine would, then draft with and without a cut.
+  KvCache cache(target_.model->config(), 1, 256);
+  Batch b;
+  for (size_t i = 0; i + 1 < prompt.size(); ++i) b.Add(prompt[i], static_cast<int>(i), 0, false);
+  ForwardOptions fo;
+  fo.tap_layers = ds->Needs().target_tap_layers;
+  auto out = target_.model->Forward(b, cache, pool_, fo);
+  ASSERT_TRUE(out.ok());
+  TapRows rows;
+  rows.n_rows = b.size();
+  rows.n_embd = target_.model->config().n_embd;
+  for (auto& t : out->taps) rows.taps.push_back(t.data());
+  Rng rng(1);
+  DraftParams dp;
+  dp.budget = 16;
+  ASSERT_TRUE(ds->Begin(0).ok());
+  ASSERT_TRUE(ds->ObserveTaps(0, rows).ok());
+  auto full = ds->Propose(0, prompt, dp, rng);
+  ASSERT_TRUE(full.ok()) << full.status().message();
+  ASSERT_EQ(full->tokens.size(), 16u);
+  const std::vector<float> conf = ds->last_chain(0)->confidence;
+  ASSERT_EQ(conf.size(), 16u);
+  // Survival is the running product of the confidences.
+  double a = 1;
+  for (size_t i = 0; i < conf.size(); ++i) EXPECT_NEAR(full->survival[i], a *= conf[i], 1e-6);
+  // A threshold between the confidences cuts before the first slot below it.
+  std::vector<float> sorted = conf;
+  std::sort(sorted.begin(), sorted.end());
+  const float p_min = 0.5f * (sorted[7] + sorted[8]);
+  size_t want = 0;
+  while (want < conf.size() && conf[want] >= p_min) ++want;
+  ASSERT_TRUE(ds->Begin(0).ok());
+  ASSERT_TRUE(ds->ObserveTaps(0, rows).ok());
+  dp.p_min = p_min;
+  auto cut = ds->Propose(0, prompt, dp, rng);
+  ASSERT_TRUE(cut.ok());
+  EXPECT_EQ(cut->tokens.size(), want);
+  EXPECT_TRUE(std::equal(cut->tokens.begin(), cut->tokens.end(), full->tokens.begin()));
+}
+
+TEST(DSparkSchedule, CostModeVerifiesThePrefixMaximisingTokensPerMs) {
+  ScheduleOptions so;
+  so.n_max = 8;
+  so.mode = ScheduleMode::kCost;
+  so.adaptive = true;
+  // Each verified row costs 1 ms on top of 10 ms: a slot pays iff its survival > 1/11 of the rate.
+  std::vector<double> ms;
+  for (int r = 1; r <= 9; ++r) ms.push_back(10.0 + r);
+  DraftScheduler s(so, CostModel(ms));
+  EXPECT_EQ(s.Budget(100), 8);  // cost mode drafts the whole cap
+  Draft d;
+  d.tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  d.survival = {0.9f, 0.8f, 0.7f, 0.2f, 0.05f, 0.01f, 0.005f, 0.001f};
+  int best = 0;
+  double best_rate = 0;
+  for (int k = 0; k <= 8; ++k) {
+    double e = 1;
+    for (int i = 0; i < k; ++i) e += d.survival[i];
+    const double rate = e / ms[k];
+    if (rate > best_rate) best_rate = rate, best = k;
+  }
+  EXPECT_EQ(s.Cut(d), best);
+  EXPECT_GT(best, 0);
+  EXPECT_LT(best, 8);
+  so.mode = ScheduleMode::kCut;
+  so.adaptive = false;
+  EXPECT_EQ(DraftScheduler(so, CostModel(ms)).Cut(d), 8);
+}
+
+// χ² two-sample statistic over the joint distribution of generated tokens.
+double TwoSampleChi2(const std::map<std::vector<int32_t>, int>& a, const std::map<std::vector<int32_t>, int>& b,
+                     int* dof) {
+  std::map<std::vector<int32_t>, std::pair<int, int>> all;
+  for (auto& [k, v] : a) all[k].first += v;
+  for (auto& [k, v] : b) all[k].second += v;
+  std::pair<int, int> rare{0, 0};
+  double chi = 0;
+  int cells = 0;
+  auto add = [&](std::pair<int, int> c) {
+    const double n = c.first + c.second;
+    if (n == 0) return;
+    chi += (c.first - n / 2) * (c.first - n / 2) / (n / 2) + (c.second - n / 2) * (c.second - n / 2) / (n / 2);
+    ++cells;
+  };
+  for (auto& [k, c] : all) {
+    if (c.first + c.second < 20) {
+      rare.first += c.first;
+      rare.second += c.second;
+    } else {
+      add(c);
+    }
+  }
+  add(rare);
+  *dof = cells - 1;
+  return chi;
+}
+
+double Chi2Critical(int dof) {  // upper 99.9% quantile (Wilson-Hilferty)
+  const double z = 3.09, k = dof;
+  const double t = 1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k));
+  return k * t * t * t;
+}
+
+TEST(DSparkSampling, SampledChainMatchesPlainSamplingInDistribution) {
+  testing::TinyTargetSpec ts;
+  ts.n_vocab = 16;
+  ts.embd_gain = 0.6f;  // flat distributions: many outcomes, many rejections
+  const std::string tpath = Tmp("chi_target");
+  ASSERT_TRUE(testing::WriteTinyTarget(ts, tpath).ok());
+  Loaded target = LoadTarget(tpath);
+  testing::DflashSpec ds;
+  ds.mask_token_id = 15;
+  ds.markov_rank = 4;
+  const std::string dpath = Tmp("chi_draft");
+  ASSERT_TRUE(testing::WriteDflash(ds, *target.file, dpath).ok());
+  ThreadPool pool(1);
+  DrafterConfig cfg;
+  cfg.type = "draft-dspark";
+  cfg.draft_model = dpath;
+  auto drafter = CreateDrafter(cfg, *target.model, *target.tok, pool, 64);
+  ASSERT_TRUE(drafter.ok()) << drafter.status().message();
+  ScheduleOptions so;
+  so.n_max = 3;
+  SpeculativeEngine plain(*target.model, *target.tok, pool, 64);
+  SpeculativeEngine spec(*target.model, *target.tok, pool, 64, drafter->get(), so);
+  for (const SamplingParams base : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 0}, SamplingParams{0.8f, 6, 0.9f, 0.02f, 0}}) {
+    std::map<std::vector<int32_t>, int> a, b;
+    GenerateOptions go;
+    go.max_new_tokens = 3;
+    go.ignore_eos = true;
+    go.sampling = base;
+    int64_t drafted = 0, accepted = 0;
+    for (int t = 0; t < 3000; ++t) {
+      go.sampling.seed = 1000 + t;
+      auto ra = plain.GenerateFromIds({1, 5, 9}, go);
+      go.sampling.seed = 900000 + t;
+      auto rb = spec.GenerateFromIds({1, 5, 9}, go);
+      ASSERT_TRUE(ra.ok() && rb.ok());
+      ++a[{ra->ids[1], ra->ids[2]}];
+      ++b[{rb->ids[1], rb->ids[2]}];
+      drafted += rb->stats.num_draft_tokens;
+      accepted += rb->stats.num_accepted_tokens;
+    }
+    ASSERT_GT(accepted, 0);
+    ASSERT_LT(accepted, drafted);  // rejections happened: the residual path was exercised
+    int dof = 0;
+    const double chi = TwoSampleChi2(a, b, &dof);
+    EXPECT_LT(chi, Chi2Critical(dof)) << "dof " << dof << " temperature " << base.temperature;
+  }
+}
+
+// Every refusal: a crafted file and the words the error must contain.
+TEST_F(DSpark, RefusesMismatchedOrMalformedDrafts) {
+  auto f = gguf::File::Open(target_path_);
+  ASSERT_TRUE(f.ok());
+  struct Case {
+    std::string name;
+    testing::DflashSpec spec;
+    std::string type;
+    float p_min;
+    std::string expect;
+  };
+  std::vector<Case> cases;
+  auto add = [&](std::string name, auto mutate, std::string type, float p_min, std::string expect) {
+    testing::DflashSpec s;
+    mutate(s);
+    cases.push_back({std::move(name), s, std::move(type), p_min, std::move(expect)});
+  };
+  add("width", [](auto& s) { s.n_embd_override = 48; }, "draft-dspark", 0, "hidden size");
+  add("layer_high", [](auto& s) { s.target_layers = {1, 4}; }, "draft-dspark", 0, "outside the target's layers");
+  add("layer_neg", [](auto& s) { s.target_layers = {-1, 2}; }, "draft-dspark", 0, "outside the target's layers");
+  add("no_layers", [](auto& s) { s.write_target_layers = false; }, "draft-dspark", 0, "dflash.target_layers");
+  add("no_mask", [](auto& s) { s.mask_token_id = -1; }, "draft-dspark", 0, "mask token");
+  add("mask_range", [](auto& s) { s.mask_token_id = 64; }, "draft-dspark", 0, "mask_token_id 64");
+  add("tok_renamed", [](auto& s) { s.rename_token = 33; }, "draft-dspark", 0, "at id 33");
+  add("no_tokenizer", [](auto& s) { s.write_tokenizer = false; }, "draft-dspark", 0, "has no tokenizer");
+  add("dflash_as_dspark", [](auto& s) { s.markov_rank = 0; s.confidence = false; }, "draft-dspark", 0,
+      "use --spec-type draft-dflash");
+  add("dspark_as_dflash", [](auto&) {}, "draft-dflash", 0, "use --spec-type draft-dspark");
+  add("no_conf_pmin", [](auto& s) { s.confidence = false; }, "draft-dspark", 0.5f, "no confidence head");
+  add("conf_key_no_tensor", [](auto& s) { s.confidence = false; s.write_has_conf_key = false; }, "draft-dspark", 0,
+      "");  // no key, no tensor: fine
+  add("qwen3_as_dspark", [](auto& s) { s.arch = "qwen3"; }, "draft-dspark", 0, "general.architecture is 'qwen3'");
+  for (const Case& c : cases) {
+    const std::string path = Tmp("bad_" + c.name);
+    ASSERT_TRUE(testing::WriteDflash(c.spec, **f, path).ok()) << c.name;
+    auto d = Create(path, c.type, c.p_min);
+    if (c.expect.empty()) {
+      EXPECT_TRUE(d.ok()) << c.name << ": " << d.status().message();
+      continue;
+    }
+    ASSERT_FALSE(d.ok()) << c.name;
+    EXPECT_NE(d.status().message().find(c.expect), std::string::npos) << c.name << ": " << d.status().message();
+    EXPECT_NE(d.status().message().find(path), std::string::npos) << c.name << ": error must name the file";
+  }
+  // The target itself (a qwen3 file) given as a DSpark draft.
+  auto q = Create(target_path_, "draft-dspark");
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(q.status().message().find("needs a dflash draft"), std::string::npos) << q.status().message();
+  // has_confidence_head = true without conf_proj.
+  testing::DflashSpec s;
+  s.confidence = false;
+  const std::string p = Tmp("bad_conf_key");
+  ASSERT_TRUE(testing::WriteDflash(s, **f, p).ok());
+  // WriteDflash writes has_confidence_head = spec.confidence (false): rewrite the key to true.
+  auto pf = gguf::File::Open(p);
+  ASSERT_TRUE(pf.ok());
+  gguf::Writer w;
+  w.CopyMetadataFrom(**pf);
+  w.SetBool("dflash.has_confidence_head", true);
+  for (const auto& t : (*pf)->tensors())
+    ASSERT_TRUE(w.AddTensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes)).ok());
+  const std::string p2 = Tmp("bad_conf_key2");
+  ASSERT_TRUE(w.WriteFile(p2).ok());
+  auto ck = Create(p2);
+  ASSERT_FALSE(ck.ok());
+  EXPECT_NE(ck.status().message().find("conf_proj.weight"), std::string::npos) << ck.status().message();
+  // A missing -md.
+  DrafterConfig cfg;
+  cfg.type = "draft-dspark";
+  EXPECT_FALSE(CreateDrafter(cfg, *target_.model, *target_.tok, pool_, 256).ok());
+}
+
+}  // namespace
+}  // namespace dspark
