@@ -2,8 +2,17 @@
 // (Q8_0 or Q8_K, as ggml pairs them), lays them out for the kernel, then splits the weight rows
 // over the pool. Each task decodes its weight rows once (matmul_decode-inl.h) and applies them to
 // every activation row while the decoded bytes sit in L1.
-//   AVX3_DL: VNNI kernels (matmul_vnni-inl.h).  Other targets: a Highway int16 kernel
-//   (PromoteTo + ReorderWidenMulAccumulate) per activation row.
+//
+// Kernel choice (per target, per call):
+//   m < kLanesMinM: row-dot kernels, one pass over the decoded row per activation row
+//     (AVX3_DL: DotNaturalVnni; others: DotNaturalGeneric, Highway int16).
+//   m >= kLanesMinM: lane-tile kernels, activation rows in vector lanes and weights broadcast,
+//     so a weight byte costs the same for 1..16 rows (AVX3_DL: LanesTileVnni, 16 rows;
+//     SSE4/AVX2/AVX3: LanesTile16, 4/8/16 rows; other architectures: row-dot).
+//   Large m loops over 16-row activation tiles inside each decoded weight tile (prefill).
+// Scratch: activations in the caller's thread_local buffer, decoded weights in each worker's;
+// both grow only, so steady-state calls do not allocate. Safe to call concurrently from
+// different threads (each with its own pool).
 #if defined(DSPARK_KERNELS_MATMUL_QUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef DSPARK_KERNELS_MATMUL_QUANT_INL_H_
 #undef DSPARK_KERNELS_MATMUL_QUANT_INL_H_
@@ -34,8 +43,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Activation rows per lane tile: one int32 lane per row in a 512-bit vector.
 inline constexpr int64_t kTileRows = 16;
-// From this m on, the lane-tile kernel (cost independent of m up to 16) beats running the
-// row-dot kernel m times (measured in bench/kernels/matmul_bench.cc).
+// From this m on, the lane-tile kernel (cost independent of m up to 16, ~12 vector ops per
+// weight row and 32 columns) beats running the row-dot kernel (~2.5 ops per row, 32 columns and
+// activation row) m times; bench/kernels/matmul_bench.cc MatMulHot shows the crossover.
 inline constexpr int64_t kLanesMinM = 3;
 // Weight rows decoded and applied together by the lane-tile kernel.
 inline constexpr int kRowTile = 8;

@@ -80,6 +80,20 @@ TEST_P(MatMulTypes, MatchesReferenceOnEveryTarget) {
   }
 }
 
+// 32-element block types at widths that are not a multiple of 64 (padding paths of the kernels).
+TEST_P(MatMulTypes, OddBlockCounts) {
+  const DType t = GetParam();
+  if (Info(t).block_size == 256) GTEST_SKIP() << "K-quants need multiples of 256";
+  ThreadPool pool(2);
+  for (int64_t cols : {32, 96, 160}) {
+    const Weights w = MakeWeights(t, 11, cols, 21 + cols);
+    for (int64_t m : {1, 2, 5, 17}) {
+      const auto x = kernels::RandomVector(m * cols, 300 + m);
+      kernels::ForEachTarget([&](const std::string& target) { ExpectMatchesRef(w.view, x, m, pool, target); });
+    }
+  }
+}
+
 TEST_P(MatMulTypes, PrefillSizedBatch) {
   const DType t = GetParam();
   ThreadPool pool(2);
