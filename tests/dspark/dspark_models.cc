@@ -172,4 +172,37 @@ Status WriteDflash(const DflashSpec& s, const gguf::File& target, const std::str
   return w.WriteFile(path);
 }
 
+TinyTargetSpec GoldenTarget() { return TinyTargetSpec{}; }
+
+DflashSpec GoldenDraft(char which) {
+  DflashSpec s;
+  if (which == 'a') {
+    s.target_layers = {0, 2, 3};
+    s.block_size = 5;
+    s.seed = 501;
+  } else {
+    s.sample_from_anchor = false;
+    s.n_vocab_draft = 40;
+    s.own_embd = true;
+    s.attn_sinks = true;
+    s.causal = true;
+    s.fc_scale = true;
+    s.markov_scale = true;
+    s.confidence = false;
+    s.n_layer = 2;
+    s.block_size = 6;
+    s.target_layers = {1, 3};
+    s.seed = 502;
+  }
+  return s;
+}
+
+Status WriteGoldenModels(const std::string& dir) {
+  const std::string target = dir + "/golden_target.gguf";
+  DSPARK_TRY(WriteTinyTarget(GoldenTarget(), target));
+  DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> f, gguf::File::Open(target));
+  DSPARK_TRY(WriteDflash(GoldenDraft('a'), *f, dir + "/golden_draft_a.gguf"));
+  return WriteDflash(GoldenDraft('b'), *f, dir + "/golden_draft_b.gguf");
+}
+
 }  // namespace dspark::testing

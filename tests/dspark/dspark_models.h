@@ -60,6 +60,14 @@ struct DflashSpec {
   uint64_t seed = 101;
 };
 
+// The models behind tests/data/dspark/golden.json (make_golden.py documents how to regenerate it):
+// the target, "a" (anchor-first DSpark, confidence head, taps incl. the embedding and the last
+// layer's output) and "b" (bonus-anchor, d2t, own embedding, sinks, causal block, scales, 2 layers).
+TinyTargetSpec GoldenTarget();
+DflashSpec GoldenDraft(char which);
+// Writes golden_target.gguf, golden_draft_a.gguf and golden_draft_b.gguf into `dir`.
+Status WriteGoldenModels(const std::string& dir);
+
 // A qwen3 target with a toy SentencePiece-style vocabulary.
 Status WriteTinyTarget(const TinyTargetSpec& spec, const std::string& path);
 // A dflash draft for `target` (its tokenizer is copied).

@@ -1,0 +1,130 @@
+// The DSpark drafter's per-slot hidden states, block logits, Markov-biased logits, chained tokens
+// and confidences equal golden values from an independent float64 reference
+// (tests/data/dspark/make_golden.py), for both block layouts, d2t, sinks, causal blocks and
+// scales, with the target features injected all at once or across two steps.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "dspark/dspark_models.h"
+#include "spec/drafters/dspark_drafter.h"
+#include "spec/drafters/factory.h"
+
+namespace dspark {
+namespace {
+
+// float32 backbone vs float64 reference over a few layers.
+constexpr double kAbsTol = 2e-3;
+constexpr double kRelTol = 2e-3;
+
+void ExpectRowNear(const nlohmann::json& want, const float* got, size_t n, const std::string& what) {
+  ASSERT_EQ(want.size(), n) << what;
+  for (size_t i = 0; i < n; ++i) {
+    if (want[i].is_null()) {
+      EXPECT_TRUE(std::isinf(got[i]) && got[i] < 0) << what << " [" << i << "] should be -inf, got " << got[i];
+      continue;
+    }
+    const double w = want[i].get<double>();
+    ASSERT_NEAR(got[i], w, kAbsTol + kRelTol * std::fabs(w)) << what << " [" << i << "]";
+  }
+}
+
+class DSparkGolden : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::string(::testing::TempDir());
+    ASSERT_TRUE(testing::WriteGoldenModels(dir_).ok());
+    std::ifstream in(std::string(DSPARK_SOURCE_DIR) + "/tests/data/dspark/golden.json");
+    ASSERT_TRUE(in.good()) << "missing tests/data/dspark/golden.json";
+    golden_ = nlohmann::json::parse(in);
+  }
+
+  static inline std::string dir_;
+  static inline nlohmann::json golden_;
+  ThreadPool pool_{1};
+};
+
+TEST_F(DSparkGolden, BlockLogitsChainAndConfidenceMatchReference) {
+  auto tf = gguf::File::Open(dir_ + "/golden_target.gguf");
+  ASSERT_TRUE(tf.ok());
+  std::shared_ptr<const gguf::File> file(std::move(*tf));
+  auto target = Model::FromFile(file);
+  ASSERT_TRUE(target.ok()) << target.status().message();
+  auto tok = Tokenizer::FromGguf(*file);
+  ASSERT_TRUE(tok.ok());
+  const int V = (*target)->config().n_vocab;
+  const int E = (*target)->config().n_embd;
+  ASSERT_GE(golden_["cases"].size(), 4u);
+  for (const auto& c : golden_["cases"]) {
+    const std::string which = c["draft"];
+    const std::vector<int32_t> prompt = c["prompt"];
+    const int split = c["split"];
+    const int n = static_cast<int>(prompt.size()) - 1;
+    SCOPED_TRACE("draft " + which + ", prompt of " + std::to_string(prompt.size()));
+    DrafterConfig cfg;
+    cfg.type = "draft-dspark";
+    cfg.draft_model = dir_ + "/golden_draft_" + which + ".gguf";
+    auto d = CreateDrafter(cfg, **target, **tok, pool_, 128);
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    auto* ds = static_cast<DSparkDrafter*>(d->get());
+    ds->set_keep_logits(true);
+
+    // Target taps of the committed rows 0..n-1, as the engine produces them.
+    KvCache cache((*target)->config(), 1, 128);
+    Batch b;
+    for (int i = 0; i < n; ++i) b.Add(prompt[i], i, 0, false);
+    ForwardOptions fo;
+    fo.tap_layers = ds->Needs().target_tap_layers;
+    auto out = (*target)->Forward(b, cache, pool_, fo);
+    ASSERT_TRUE(out.ok());
+    auto rows = [&](int from, int to) {
+      TapRows r;
+      r.pos0 = from;
+      r.n_rows = to - from;
+      r.n_embd = E;
+      for (auto& t : out->taps) r.taps.push_back(t.data() + static_cast<size_t>(from) * E);
+      return r;
+    };
+
+    DraftParams dp;
+    dp.budget = c["budget"];
+    Rng rng(3);
+    for (bool two_steps : {false, true}) {
+      SCOPED_TRACE(two_steps ? "injected over two steps" : "injected at once");
+      ASSERT_TRUE(ds->Begin(0).ok());
+      if (two_steps && split > 0) {
+        // A first step whose block must leave no trace in the draft context.
+        ASSERT_TRUE(ds->ObserveTaps(0, rows(0, split)).ok());
+        std::vector<int32_t> partial(prompt.begin(), prompt.begin() + split + 1);
+        ASSERT_TRUE(ds->Propose(0, partial, dp, rng).ok());
+        ASSERT_TRUE(ds->ObserveTaps(0, rows(split, n)).ok());
+      } else {
+        ASSERT_TRUE(ds->ObserveTaps(0, rows(0, n)).ok());
+      }
+      auto draft = ds->Propose(0, prompt, dp, rng);
+      ASSERT_TRUE(draft.ok()) << draft.status().message();
+      EXPECT_EQ(draft->forward_passes, 1);
+      const BlockOutput* blk = ds->last_block(0);
+      const ChainResult* ch = ds->last_chain(0);
+      ASSERT_EQ(blk->n_rows, static_cast<int>(c["block"].size()));
+      for (int r = 0; r < blk->n_rows; ++r) {
+        ExpectRowNear(c["hidden"][r], blk->hidden.data() + static_cast<size_t>(r) * E, E, "hidden row " + std::to_string(r));
+        ExpectRowNear(c["logits"][r], blk->logits.data() + static_cast<size_t>(r) * V, V, "logits row " + std::to_string(r));
+      }
+      const std::vector<int32_t> want_tokens = c["tokens"];
+      EXPECT_EQ(draft->tokens, want_tokens);
+      ASSERT_EQ(ch->logits.size(), want_tokens.size() * V);
+      for (size_t s = 0; s < want_tokens.size(); ++s)
+        ExpectRowNear(c["biased_logits"][s], ch->logits.data() + s * V, V, "biased logits slot " + std::to_string(s));
+      const std::vector<double> conf = c["confidence"];
+      ASSERT_EQ(ch->confidence.size(), conf.size());
+      for (size_t s = 0; s < conf.size(); ++s) EXPECT_NEAR(ch->confidence[s], conf[s], 1e-4) << "slot " << s;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dspark
