@@ -101,31 +101,32 @@ inline void BuildNaturalExtras(const QuantActs& qa, int64_t j) {
     corr[g] = -128 * (q[4 * g] + q[4 * g + 1] + q[4 * g + 2] + q[4 * g + 3]);
 }
 
-// Interleaves rows [16t, 16t+16) of the canonical form into tile t (missing rows are zeros).
+// Interleaves rows [L*t, L*t+L) of the canonical form into tile t (L = tile_rows, 16 or 8;
+// missing rows are zeros).
 inline void BuildTile(const QuantActs& qa, int64_t t) {
-  const int64_t groups = qa.cols_pad / 4;
-  int8_t* tq = qa.tq + t * groups * 64;
-  int32_t* tc = qa.tcorr + t * qa.nsub * 16;
-  float* td = qa.tda + t * qa.nsub * 16;
-  float* ts = qa.tasum + t * qa.nsub * 16;
-  for (int64_t l = 0; l < kTileRows; ++l) {
-    const int64_t j = t * kTileRows + l;
+  const int64_t L = qa.tile_rows, groups = qa.cols_pad / 4;
+  int8_t* tq = qa.tq + t * groups * 4 * L;
+  int32_t* tc = qa.tcorr + t * qa.nsub * L;
+  float* td = qa.tda + t * qa.nsub * L;
+  float* ts = qa.tasum + t * qa.nsub * L;
+  for (int64_t l = 0; l < L; ++l) {
+    const int64_t j = t * L + l;
     if (j >= qa.m) {
-      for (int64_t g = 0; g < groups; ++g) std::memset(tq + g * 64 + 4 * l, 0, 4);
+      for (int64_t g = 0; g < groups; ++g) std::memset(tq + (g * L + l) * 4, 0, 4);
       for (int64_t s = 0; s < qa.nsub; ++s) {
-        tc[16 * s + l] = 0;
-        td[16 * s + l] = ts[16 * s + l] = 0.f;
+        tc[L * s + l] = 0;
+        td[L * s + l] = ts[L * s + l] = 0.f;
       }
       continue;
     }
     const int8_t* q = qa.q + j * qa.cols_pad;
-    for (int64_t g = 0; g < groups; ++g) std::memcpy(tq + g * 64 + 4 * l, q + 4 * g, 4);
+    for (int64_t g = 0; g < groups; ++g) std::memcpy(tq + (g * L + l) * 4, q + 4 * g, 4);
     for (int64_t s = 0; s < qa.nsub; ++s) {
       int sum = 0;
       for (int k = 0; k < qa.sub; ++k) sum += q[s * qa.sub + k];
-      tc[16 * s + l] = -128 * sum;
-      td[16 * s + l] = qa.da[j * qa.nsub + s];
-      ts[16 * s + l] = qa.asum[j * qa.nsub + s];
+      tc[L * s + l] = -128 * sum;
+      td[L * s + l] = qa.da[j * qa.nsub + s];
+      ts[L * s + l] = qa.asum[j * qa.nsub + s];
     }
   }
 }
@@ -232,7 +233,7 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
   qa.sub = tt.sub;
   qa.nsub = qa.cols_pad / tt.sub;
 #if DSPARK_HAVE_VNNI
-  qa.tile_rows = kTileRows;
+  qa.tile_rows = m <= 8 ? 8 : kTileRows;  // ymm tiles for up to 8 rows
   const size_t tq_elem = 1;
 #elif DSPARK_HAVE_LANES16
   qa.tile_rows = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<int32_t>()));
@@ -247,7 +248,7 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
     const size_t s_bytes = kernels::RoundUp(m * qa.nsub * sizeof(float), 64);
     const size_t lane_bytes = use_natural_vnni ? kernels::RoundUp(m * qa.cols_pad, 64) : 0;  // corr
     const size_t tq_bytes = qa.tiles * qa.cols_pad * qa.tile_rows * tq_elem;
-    const size_t ts_bytes = qa.tiles * qa.nsub * qa.tile_rows * 4;
+    const size_t ts_bytes = kernels::RoundUp(qa.tiles * qa.nsub * qa.tile_rows * 4, 64);
     auto* p = static_cast<uint8_t*>(
         act_buf.Get(q_bytes + 2 * s_bytes + lane_bytes + tq_bytes + 3 * ts_bytes));
     qa.q = reinterpret_cast<int8_t*>(p);
@@ -303,37 +304,47 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
           pf ? std::min<int64_t>(kRowTile, rows - r0 - nr) * static_cast<int64_t>(row_bytes) : 0;
 #if DSPARK_HAVE_VNNI
       if (use_lanes) {
+        const int64_t L = qa.tile_rows;
         HWY_ALIGN float out[kRowTile * kTileRows];
         for (int64_t t = 0; t < qa.tiles; ++t) {
-          const ActTileView at{qa.tq + t * qa.cols_pad * 16, qa.tcorr + t * qa.nsub * 16,
-                               qa.tda + t * qa.nsub * 16, qa.tasum + t * qa.nsub * 16};
-          const int64_t mt = std::min(kTileRows, m - t * kTileRows);
+          const ActTileView at{qa.tq + t * qa.cols_pad * L, qa.tcorr + t * qa.nsub * L,
+                               qa.tda + t * qa.nsub * L, qa.tasum + t * qa.nsub * L};
+          const int64_t mt = std::min(L, m - t * L);
           int r = 0;
-          const auto run = [&](auto r_tag) {
+          const auto run = [&](auto r_tag, auto lanes_tag) {
             constexpr int kR = decltype(r_tag)::value;
+            constexpr int kL = decltype(lanes_tag)::value;
             // Prefetch once per row tile (during the first activation tile).
             const uint8_t* tpf = (kLanesPrefetch && t == 0 && r == 0) ? pf : nullptr;
             const uint8_t* ut = db.ut + r * tt.sub;
-            // K-quants (Q8_K activations: one da per 256) use the grouped-da form; a padded
-            // tail group has da = 0, so its partial sums vanish as they must.
+            // K-quants (Q8_K activations: one da per 256) use the grouped-da form.
             if (tt.sub == 16) {
-              LanesTileVnni<kR, kRowTile, 16, false, 16>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
+              LanesTileVnni<kL, kR, kRowTile, 16, false, 16>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
             } else if (tt.k_quant) {
-              LanesTileVnni<kR, kRowTile, 32, true, 8>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
+              LanesTileVnni<kL, kR, kRowTile, 32, true, 8>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
             } else if (tt.has_min) {
-              LanesTileVnni<kR, kRowTile, 32, true, 1>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
+              LanesTileVnni<kL, kR, kRowTile, 32, true, 1>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
             } else {
-              LanesTileVnni<kR, kRowTile, 32, false, 1>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
+              LanesTileVnni<kL, kR, kRowTile, 32, false, 1>(ut, db.dt + r, db.mt + r, at, qa.nsub, out, tpf, pf_bytes);
             }
             // Transpose to y's layout: one contiguous kR-float store per activation row.
             for (int64_t l = 0; l < mt; ++l) {
-              float* yl = y + (t * kTileRows + l) * rows + r0 + r;
-              for (int rr = 0; rr < kR; ++rr) yl[rr] = out[rr * kTileRows + l];
+              float* yl = y + (t * L + l) * rows + r0 + r;
+              for (int rr = 0; rr < kR; ++rr) yl[rr] = out[rr * kL + l];
             }
             r += kR;
           };
-          if (nr == kRowTile) run(std::integral_constant<int, kRowTile>());
-          while (r < nr) run(std::integral_constant<int, 1>());
+          using R8 = std::integral_constant<int, kRowTile>;
+          using R1 = std::integral_constant<int, 1>;
+          if (L == 8) {
+            using L8 = std::integral_constant<int, 8>;
+            if (nr == kRowTile) run(R8(), L8());
+            while (r < nr) run(R1(), L8());
+          } else {
+            using L16 = std::integral_constant<int, 16>;
+            if (nr == kRowTile) run(R8(), L16());
+            while (r < nr) run(R1(), L16());
+          }
         }
         continue;
       }

@@ -107,12 +107,12 @@ DSPARK_VNNI_ATTR inline float DotNaturalVnni(const uint8_t* HWY_RESTRICT u,
   return ReduceAdd(_mm512_add_ps(f0, f1));
 }
 
-// Activation tile of up to 16 rows in lane-interleaved form.
+// Activation tile of up to L = 16 (or 8) rows in lane-interleaved form.
 struct ActTileView {
-  const int8_t* q;      // [cols_pad / 4][16][4]
-  const int32_t* corr;  // [nsub][16]  -128 * Σ_sub a
-  const float* da;      // [nsub][16]  activation scale per sub-block
-  const float* asum;    // [nsub][16]  da * Σ_sub a (for min terms)
+  const int8_t* q;      // [cols_pad / 4][L][4]
+  const int32_t* corr;  // [nsub][L]  -128 * Σ_sub a
+  const float* da;      // [nsub][L]  activation scale per sub-block
+  const float* asum;    // [nsub][L]  da * Σ_sub a (for min terms)
 };
 
 // out[r][l] = Σ_s dsc[r][s]·da[s][l]·isum(r, l, s) (+ msc[r][s]·asum[s][l]) for R weight rows
@@ -121,58 +121,93 @@ struct ActTileView {
 // keeps the 8-row loop free of pointer spills (24 row pointers would exhaust the GPRs).
 // Register budget: R int32 + R float accumulators + activation vector + broadcast temporaries;
 // R = 8 uses ~18 of 32 zmm registers and amortises each activation load over 8 dpbusd.
+// Vector types of the lane-tile kernel: 16 activation rows in zmm, or 8 in ymm. For m <= 8 the
+// ymm form does the same useful work with half-width instructions, which issue on two ports
+// (Intel) or are not double-pumped (Zen 4), so verification of <= 8 draft tokens costs less.
+template <int kLanes>
+struct LaneVec;
+template <>
+struct LaneVec<16> {
+  using I = __m512i;
+  using F = __m512;
+  static DSPARK_VNNI_ATTR HWY_INLINE I LoadI(const void* p) { return _mm512_load_si512(p); }
+  static DSPARK_VNNI_ATTR HWY_INLINE F LoadF(const float* p) { return _mm512_load_ps(p); }
+  static DSPARK_VNNI_ATTR HWY_INLINE F ZeroF() { return _mm512_setzero_ps(); }
+  static DSPARK_VNNI_ATTR HWY_INLINE F SetF(float x) { return _mm512_set1_ps(x); }
+  static DSPARK_VNNI_ATTR HWY_INLINE I SetI(int32_t x) { return _mm512_set1_epi32(x); }
+  static DSPARK_VNNI_ATTR HWY_INLINE I Dp(I acc, I u, I a) { return _mm512_dpbusd_epi32(acc, u, a); }
+  static DSPARK_VNNI_ATTR HWY_INLINE F Cvt(I v) { return CvtI32(v); }
+  static DSPARK_VNNI_ATTR HWY_INLINE F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static DSPARK_VNNI_ATTR HWY_INLINE F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static DSPARK_VNNI_ATTR HWY_INLINE void StoreF(F v, float* p) { _mm512_store_ps(p, v); }
+};
+template <>
+struct LaneVec<8> {
+  using I = __m256i;
+  using F = __m256;
+  static DSPARK_VNNI_ATTR HWY_INLINE I LoadI(const void* p) { return _mm256_load_si256(static_cast<const __m256i*>(p)); }
+  static DSPARK_VNNI_ATTR HWY_INLINE F LoadF(const float* p) { return _mm256_load_ps(p); }
+  static DSPARK_VNNI_ATTR HWY_INLINE F ZeroF() { return _mm256_setzero_ps(); }
+  static DSPARK_VNNI_ATTR HWY_INLINE F SetF(float x) { return _mm256_set1_ps(x); }
+  static DSPARK_VNNI_ATTR HWY_INLINE I SetI(int32_t x) { return _mm256_set1_epi32(x); }
+  static DSPARK_VNNI_ATTR HWY_INLINE I Dp(I acc, I u, I a) { return _mm256_dpbusd_epi32(acc, u, a); }
+  static DSPARK_VNNI_ATTR HWY_INLINE F Cvt(I v) { return _mm256_cvtepi32_ps(v); }
+  static DSPARK_VNNI_ATTR HWY_INLINE F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static DSPARK_VNNI_ATTR HWY_INLINE F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static DSPARK_VNNI_ATTR HWY_INLINE void StoreF(F v, float* p) { _mm256_store_ps(p, v); }
+};
+
 // kDaGroup: consecutive sub-blocks sharing one activation scale (1 for Q8_0 activations, 256/kSub
 // for Q8_K): their weight-scaled sums are gathered first and multiplied by da once per group.
-template <int R, int kTile, int kSub, bool kMin, int kDaGroup>
+// kLanes: activation rows per tile (16 or 8); the ActTileView arrays use that many lanes.
+template <int kLanes, int R, int kTile, int kSub, bool kMin, int kDaGroup>
 DSPARK_VNNI_ATTR inline void LanesTileVnni(const uint8_t* HWY_RESTRICT ut,
                                            const float* HWY_RESTRICT dt,
                                            const float* HWY_RESTRICT mt, const ActTileView& at,
                                            int64_t nsub, float* HWY_RESTRICT out,
                                            const uint8_t* pf, int64_t pf_bytes) {
-  __m512 f[R], g[R];
-  for (int r = 0; r < R; ++r) f[r] = g[r] = _mm512_setzero_ps();
+  using V = LaneVec<kLanes>;
+  typename V::F f[R], g[R];
+  for (int r = 0; r < R; ++r) f[r] = g[r] = V::ZeroF();
   const int64_t pf_step = pf ? (pf_bytes / nsub + 64) & ~int64_t{63} : 0;
   int64_t pf_off = 0;
   for (int64_t s = 0; s < nsub; ++s) {
     for (int64_t e = pf_off + pf_step; pf_off < e && pf_off < pf_bytes; pf_off += 64)
       _mm_prefetch(reinterpret_cast<const char*>(pf + pf_off), _MM_HINT_T0);
-    const __m512i init = _mm512_load_si512(at.corr + 16 * s);
-    __m512i acc[R];
+    const typename V::I init = V::LoadI(at.corr + kLanes * s);
+    typename V::I acc[R];
     for (int r = 0; r < R; ++r) acc[r] = init;
-    const int8_t* aq = at.q + s * kSub * 16;  // kSub / 4 groups of 64 bytes
+    const int8_t* aq = at.q + s * kSub * kLanes;  // kSub / 4 groups of 4 * kLanes bytes
     const uint8_t* us = ut + s * kTile * kSub;
 #pragma GCC unroll 8
-    for (int g = 0; g < kSub / 4; ++g) {
-      const __m512i av = _mm512_load_si512(aq + 64 * g);
+    for (int g4 = 0; g4 < kSub / 4; ++g4) {
+      const typename V::I av = V::LoadI(aq + 4 * kLanes * g4);
       for (int r = 0; r < R; ++r) {
         int32_t wd;
-        std::memcpy(&wd, us + r * kSub + 4 * g, 4);
-        acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(wd), av);
+        std::memcpy(&wd, us + r * kSub + 4 * g4, 4);
+        acc[r] = V::Dp(acc[r], V::SetI(wd), av);
       }
     }
     const float* ds = dt + s * kTile;
     if constexpr (kDaGroup == 1) {
-      const __m512 da = _mm512_load_ps(at.da + 16 * s);
-      for (int r = 0; r < R; ++r) {
-        const __m512 t = _mm512_mul_ps(CvtI32(acc[r]), da);
-        f[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(ds[r]), f[r]);
-      }
+      const typename V::F da = V::LoadF(at.da + kLanes * s);
+      for (int r = 0; r < R; ++r) f[r] = V::Fma(V::Mul(V::Cvt(acc[r]), da), V::SetF(ds[r]), f[r]);
     } else {
       if (s % kDaGroup == 0)
-        for (int r = 0; r < R; ++r) g[r] = _mm512_setzero_ps();
-      for (int r = 0; r < R; ++r) g[r] = _mm512_fmadd_ps(CvtI32(acc[r]), _mm512_set1_ps(ds[r]), g[r]);
+        for (int r = 0; r < R; ++r) g[r] = V::ZeroF();
+      for (int r = 0; r < R; ++r) g[r] = V::Fma(V::Cvt(acc[r]), V::SetF(ds[r]), g[r]);
       if (s % kDaGroup == kDaGroup - 1) {
-        const __m512 da = _mm512_load_ps(at.da + 16 * s);
-        for (int r = 0; r < R; ++r) f[r] = _mm512_fmadd_ps(g[r], da, f[r]);
+        const typename V::F da = V::LoadF(at.da + kLanes * s);
+        for (int r = 0; r < R; ++r) f[r] = V::Fma(g[r], da, f[r]);
       }
     }
     if constexpr (kMin) {
-      const __m512 as = _mm512_load_ps(at.asum + 16 * s);
+      const typename V::F as = V::LoadF(at.asum + kLanes * s);
       const float* ms = mt + s * kTile;
-      for (int r = 0; r < R; ++r) f[r] = _mm512_fmadd_ps(_mm512_set1_ps(ms[r]), as, f[r]);
+      for (int r = 0; r < R; ++r) f[r] = V::Fma(V::SetF(ms[r]), as, f[r]);
     }
   }
-  for (int r = 0; r < R; ++r) _mm512_store_ps(out + 16 * r, f[r]);
+  for (int r = 0; r < R; ++r) V::StoreF(f[r], out + kLanes * r);
 }
 
 #else
