@@ -93,7 +93,7 @@ def main():
         "params": model.num_params(), "config": cfg.to_dict(),
         "tokens": ck["tokens"], "steps": ck["step"], "train_args": ck.get("args", {}),
         "val_nats_per_token": round(vt, 4), "val_nats_per_char": round(vc, 4),
-        "val_tokens": int(len(val)), "val_chars": val_chars,
+        "val_tokens": int(len(val)), "val_chars": val_chars, "val_precision": "bf16" if amp else "fp32",
         "corpus_manifest_sha256": sha256_file(MANIFEST), "tokenizer_sha256": tok.model_sha256(),
         "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }

@@ -63,7 +63,8 @@ Trained {t['tokens'] / 1e6:.2f} M tokens ({t['steps']} steps) of a {a.get('total
 cosine schedule (AdamW, lr {a.get('lr')}, {a.get('tokens_per_step')} tokens/step, sequences of
 {a.get('seq_len')} tokens with every {a.get('long_every')}th step at {c['n_ctx']}).
 Validation: {t['val_nats_per_token']:.4f} nats/token, {t['val_nats_per_char']:.4f} nats/char
-({t['val_tokens']} tokens, {t['val_chars']} characters; measured on the F16 weights as exported).
+({t['val_tokens']} tokens, {t['val_chars']} characters; measured on the F16 weights as exported, computed
+in {t.get('val_precision', 'fp32')}).
 Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
 """)
         if t.get("samples"):
