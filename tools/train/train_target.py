@@ -92,6 +92,7 @@ def main(argv=None):
     model = Qwen3(cfg).to(dev)
     opt = tu.make_adamw(model, a.lr, a.weight_decay)
     step, tokens = 0, 0
+    rewarm = None  # (first step, n steps): short warmup after a warm start with a fresh optimizer
     ckpt_path = out / "ckpt.pt"
 
     ck = tu.load_checkpoint(ckpt_path) if a.resume else None
@@ -112,6 +113,7 @@ def main(argv=None):
         opt = tu.make_adamw(model, a.lr, a.weight_decay)
         tokens = int(meta.get("dspark.train.tokens", 0))
         step = int(meta.get("dspark.train.steps", tokens // a.tokens_per_step))
+        rewarm = (step, 50)
         print(f"warm start from {a.init_from}: {tokens / 1e6:.2f}M tokens, step {step}", flush=True)
 
     train, _ = tok.load_cache("train")
@@ -141,6 +143,8 @@ def main(argv=None):
         B = max(1, a.tokens_per_step // T)
         x = batch_for_step(train, step, a.seed, T, B).to(dev)
         lr = tu.cosine_lr(step, a.lr, a.min_lr, a.warmup_steps, total_steps)
+        if rewarm is not None:  # fresh Adam moments: ramp up again instead of jumping to the scheduled lr
+            lr *= min(1.0, (step - rewarm[0] + 1) / rewarm[1])
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
@@ -181,6 +185,8 @@ def main(argv=None):
         if a.max_steps and steps_this_run >= a.max_steps:
             break
     checkpoint()
+    log.close()
+    vlog.close()
     print(f"checkpoint {ckpt_path}: step {step}, {tokens / 1e6:.2f}M tokens"
           + (" (stopped by signal)" if stop.stop else ""), flush=True)
 

@@ -134,6 +134,9 @@ class CsvLog:
         self.w.writerow([kv[k] for k in self.fields])
         self.f.flush()
 
+    def close(self):
+        self.f.close()
+
 
 class StopFlag:
     """Turns SIGTERM/SIGINT into a flag so the loop can write a checkpoint before exiting."""
