@@ -398,6 +398,22 @@ Result<Value> FDictSort(Interpreter&, const Value& v, const CallArgs& a) {
   return Value::MakeList(std::move(out));
 }
 
+Result<Value> FFormat(Interpreter&, const Value& v, const CallArgs& a) {
+  if (!a.args.empty() && !a.kwargs.empty()) {
+    return InvalidArgument("can't handle positional and keyword arguments at the same time");
+  }
+  Value args;
+  if (!a.kwargs.empty()) {
+    Dict d;
+    for (const auto& [k, x] : a.kwargs) d.Set(k, x);
+    args = Value::MakeDict(std::move(d));
+  } else {
+    args = Value::MakeList(a.args, /*is_tuple=*/true);
+  }
+  DSPARK_ASSIGN_OR_RETURN(std::string s, PercentFormat(ToStr(v), args));
+  return Value(std::move(s));
+}
+
 Result<Value> FWordCount(Interpreter&, const Value& v, const CallArgs&) {
   return Value(static_cast<int64_t>(PySplit(ToStr(v), nullptr, -1, false).size()));
 }
@@ -409,7 +425,7 @@ struct FilterEntry {
 constexpr FilterEntry kFilters[] = {
     {"abs", FAbs},           {"attr", FAttr},         {"capitalize", FCapitalize}, {"count", FLength},
     {"d", FDefault},         {"default", FDefault},   {"dictsort", FDictSort},     {"e", FEscape},
-    {"escape", FEscape},     {"first", FFirst},       {"float", FFloat},           {"indent", FIndent},
+    {"escape", FEscape},     {"first", FFirst},       {"format", FFormat},       {"float", FFloat},           {"indent", FIndent},
     {"int", FInt},           {"items", FItems},       {"join", FJoin},             {"last", FLast},
     {"length", FLength},     {"list", FList},         {"lower", FLower},           {"map", FMap},
     {"max", FMax},           {"min", FMin},           {"reject", FReject},         {"rejectattr", FRejectAttr},

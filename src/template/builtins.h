@@ -21,6 +21,10 @@ TestFn FindTest(std::string_view name);
 // string, dict or list; nullopt when the receiver type has no such method.
 std::optional<Value> FindMethod(const Value& receiver, std::string_view name);
 
+// Python's printf-style `format % args`: a tuple supplies positional values, a dict %(name)s keys,
+// anything else is the single value.
+Result<std::string> PercentFormat(const std::string& format, const Value& args);
+
 struct GlobalsOptions {
   // strftime_now's clock; defaults to the system clock (local time, as transformers does).
   std::function<std::tm()> now;

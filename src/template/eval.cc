@@ -68,7 +68,10 @@ Result<Value> Arithmetic(const std::string& op, const Value& a, const Value& b) 
     if ((b.is_string() || b.is_list()) && a.is_integral()) return Repeat(b, a.int_value());
   }
   if (!a.is_number() || !b.is_number()) {
-    if (op == "%" && a.is_string()) return Unimplemented("printf-style '%' string formatting is not supported");
+    if (op == "%" && a.is_string()) {
+      DSPARK_ASSIGN_OR_RETURN(std::string s, PercentFormat(a.str(), b));
+      return Value(std::move(s));
+    }
     return TypeError(op, a, b);
   }
   const bool ints = a.is_integral() && b.is_integral();

@@ -2,6 +2,8 @@
 // (content.split('</think>'), system_message.rstrip(), tool.items(), ...). Lists and dicts are
 // immutable (ImmutableSandboxedEnvironment), so mutating methods are refused as in transformers.
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <string>
 
 #include "template/builtins.h"
@@ -169,6 +171,91 @@ bool In(const std::string_view (&names)[N], std::string_view name) {
 }
 
 }  // namespace
+
+Result<std::string> PercentFormat(const std::string& format, const Value& args) {
+  List positional;
+  if (args.is_tuple()) {
+    positional = args.list();
+  } else {
+    positional.push_back(args);
+  }
+  size_t next = 0;
+  std::string out;
+  for (size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%') {
+      out.push_back(format[i]);
+      continue;
+    }
+    if (++i >= format.size()) return InvalidArgument("incomplete format");
+    const Value* arg = nullptr;
+    if (format[i] == '(') {
+      size_t close = format.find(')', i);
+      if (close == std::string::npos) return InvalidArgument("incomplete format key");
+      if (!args.is_dict()) return InvalidArgument("format requires a mapping");
+      arg = args.dict().Find(format.substr(i + 1, close - i - 1));
+      if (arg == nullptr) return InvalidArgument("KeyError: '{}'", format.substr(i + 1, close - i - 1));
+      i = close + 1;
+    }
+    std::string flags;
+    while (i < format.size() && std::strchr("-+ 0#", format[i]) != nullptr) flags.push_back(format[i++]);
+    int width = 0, precision = -1;
+    while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) width = width * 10 + (format[i++] - '0');
+    if (i < format.size() && format[i] == '.') {
+      ++i;
+      precision = 0;
+      while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) {
+        precision = precision * 10 + (format[i++] - '0');
+      }
+    }
+    if (width > 256 || precision > 256) return InvalidArgument("format width or precision too large");
+    std::string spec = "%";
+    spec += flags;
+    if (width > 0) spec += std::to_string(width);
+    if (precision >= 0) {
+      spec += '.';
+      spec += std::to_string(precision);
+    }
+    if (i >= format.size()) return InvalidArgument("incomplete format");
+    char conv = format[i];
+    if (conv == '%') {
+      out.push_back('%');
+      continue;
+    }
+    if (arg == nullptr) {
+      if (next >= positional.size()) return InvalidArgument("not enough arguments for format string");
+      arg = &positional[next++];
+    }
+    char buf[512];
+    if (conv == 's' || conv == 'r' || conv == 'a') {
+      std::string text = conv == 's' ? ToStr(*arg) : Repr(*arg);
+      std::u32string u = DecodeUtf8(text);
+      if (precision >= 0 && static_cast<size_t>(precision) < u.size()) u.resize(static_cast<size_t>(precision));
+      std::string pad(width > static_cast<int>(u.size()) ? width - u.size() : 0, ' ');
+      out += flags.find('-') != std::string::npos ? EncodeUtf8(u) + pad : pad + EncodeUtf8(u);
+    } else if (std::strchr("diuxXoc", conv) != nullptr) {
+      if (!arg->is_number()) return InvalidArgument("%{} format: a real number is required, not {}", conv, TypeName(*arg));
+      int64_t n = arg->kind() == Kind::kFloat ? static_cast<int64_t>(arg->float_value()) : arg->int_value();
+      if (conv == 'c') {
+        AppendUtf8(static_cast<char32_t>(n), &out);
+        continue;
+      }
+      spec += std::string("ll") + (conv == 'i' || conv == 'u' ? 'd' : conv);
+      std::snprintf(buf, sizeof(buf), spec.c_str(), static_cast<long long>(n));
+      out += buf;
+    } else if (std::strchr("eEfFgG", conv) != nullptr) {
+      if (!arg->is_number()) return InvalidArgument("%{} format: a real number is required, not {}", conv, TypeName(*arg));
+      spec.push_back(conv);
+      std::snprintf(buf, sizeof(buf), spec.c_str(), arg->float_value());
+      out += buf;
+    } else {
+      return InvalidArgument("unsupported format character '{}'", conv);
+    }
+  }
+  if (next < positional.size() && !args.is_dict()) {
+    return InvalidArgument("not all arguments converted during string formatting");
+  }
+  return out;
+}
 
 std::optional<Value> FindMethod(const Value& receiver, std::string_view name) {
   using Impl = Result<Value> (*)(std::string_view, const Value&, const CallArgs&);

@@ -347,6 +347,24 @@ SNIPPETS = [
     ("{% macro outer(x) %}<{{ caller(x * 2) }}>{% endmacro %}{% call(v) outer(3) %}v={{ v }}{% endcall %}", {}),
     ("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}", {}),
     ("{% macro v() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ v(1, 2, k=3) }}", {}),
+    # printf-style formatting
+    ("{{ '%s and %s'|format(1, 'b') }}|{{ '%d%%'|format(42.9) }}|{{ '%5.2f|%-4s|%04d|%x|%r'|format(3.14159, 'ab', 7, 255, 'q') }}|{{ '%(a)s-%(b)d'|format(a='x', b=2) }}", {}),
+    ("{{ 'Hello %s!' % name }}|{{ '%s=%s' % ('k', [1]) }}|{{ '%.3s' % 'abcdef' }}|{{ '%s' % none }}", {"name": "Wörld"}),
+    ("{{ '%s %s' % ('only one',) }}", {}),
+    # patterns from other real templates (gemma4, GLM, Mistral Small, Command-R)
+    ("{%- macro fmt(argument, escape_keys=True) -%}{%- if argument is string -%}{{- '<' + argument + '>' -}}"
+     "{%- elif argument is boolean -%}{{- 'true' if argument else 'false' -}}{%- elif argument is mapping -%}{{- '{' -}}"
+     "{%- for key, value in argument | dictsort -%}{%- if not loop.first %},{% endif -%}{{- key if not escape_keys else '<' + key + '>' -}}"
+     ":{{- fmt(value, escape_keys=escape_keys) -}}{%- endfor -%}{{- '}' -}}{%- elif argument is sequence -%}[{%- for item in argument -%}"
+     "{{- fmt(item, escape_keys=escape_keys) -}}{{- ',' if not loop.last -}}{%- endfor -%}]{%- else -%}{{- argument -}}{%- endif -%}{%- endmacro -%}"
+     "{{ fmt(args) }}|{{ fmt(args, escape_keys=False) }}|{{ fmt(args, False) }}",
+     {"args": {"z": [1, "two", True, None, 2.5], "a": {"y": False, "b": "s"}}}),
+    ("{{ ['string', 'Object']|map('upper')|list }}|{{ x['required']|default([]) }}|{{ 'a' + x['name']|default('unknown') + 'b' }}|{{ not enable_thinking|default(false) }}|{% set ns = namespace(prev=None) %}{{ ns.prev }}", {"x": {}}),
+    ("{% set l = [] %}{% for m in ms %}{% if m != 2 %}{% set l = l + [m] %}{% endif %}{% endfor %}{{ l }}|{% set acc = [] %}{% for m in ms %}{% set acc = acc + [m] %}{% endfor %}{{ acc }}", {"ms": [1, 2, 3]}),
+    ("{% for m in ms %}{% for later in ms[loop.index0 + 1:] %}{% if later > 2 %}{% break %}{% endif %}{{ later }}{% endfor %};{% endfor %}", {"ms": [1, 2, 3, 4]}),
+    ("{{ m.get('tool_calls') }}|{{ m.get('role') }}|{{ (m.tool_calls or {}).items()|list }}|{{ m.role|lower == 'user' }}|{{ 'abcdefghijk'[-9:] }}", {"m": {"role": "USER"}}),
+    ("{{ 'Paris.\
+Line two' }}", {}),
     # globals
     ("{{ raise_exception('custom failure: ' ~ 42) }}", {}),
     ("before{% if true %}{{ raise_exception('inside if') }}{% endif %}", {}),
