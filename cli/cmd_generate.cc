@@ -1,5 +1,6 @@
 // `dspark generate`: streams the generated text to stdout; logs and statistics go to stderr.
 // With --spec-type it decodes speculatively; --compare also runs plain decoding on the same prompt.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -31,6 +32,7 @@ struct GenerateFlags {
   // Speculation (llama.cpp's flag names).
   DrafterConfig drafter;
   ScheduleOptions schedule;
+  std::string schedule_mode;  // --spec-schedule: cut | cost; empty = cost with a confidence head
   bool compare = false;
 };
 
@@ -50,6 +52,17 @@ void PrintStats(const char* label, const GenerateResult& r) {
                static_cast<long long>(s.num_accepted_tokens), 100 * s.acceptance_rate(), s.tau(),
                static_cast<long long>(s.num_target_calls), static_cast<long long>(s.num_draft_calls), label,
                per_pos.c_str(), label, s.draft_ms, s.verify_ms, s.sample_ms, s.other_ms);
+  if (std::all_of(s.predicted_survival_sum.begin(), s.predicted_survival_sum.end(), [](double v) { return v == 0; }))
+    return;  // the drafter predicts no survival (no confidence head)
+  // Calibration: the drafter's mean predicted survival of slot i vs how often slot i survived,
+  // over the drafts that had a slot i.
+  std::string cal;
+  for (size_t i = 0; i < s.predicted_survival_sum.size() && i < s.drafted_per_pos.size(); ++i) {
+    if (s.drafted_per_pos[i] == 0) continue;
+    cal += fmt::format(" {}:{:.2f}/{:.2f}", i + 1, s.predicted_survival_sum[i] / s.drafted_per_pos[i],
+                       double(s.accepted_per_pos[i]) / s.drafted_per_pos[i]);
+  }
+  std::fprintf(stderr, "dspark: %s: calibration (slot:predicted/realised survival):%s\n", label, cal.c_str());
 }
 
 int RunGenerate(GenerateFlags f) {
@@ -82,8 +95,14 @@ int RunGenerate(GenerateFlags f) {
                                          plain_result->ids.end());
   }
   f.drafter.max_draft = std::max(f.drafter.max_draft, f.schedule.n_max);
+  f.drafter.p_min = f.schedule.p_min;
   auto drafter = CreateDrafter(f.drafter, model, tok, pool, n_ctx);
   if (!drafter.ok()) return Fail(drafter.status());
+  const bool confidence = *drafter != nullptr && (*drafter)->Needs().confidence_head;
+  if (f.schedule_mode == "cost" || (f.schedule_mode.empty() && confidence && f.schedule.p_min == 0)) {
+    f.schedule.mode = ScheduleMode::kCost;
+    f.schedule.adaptive = true;  // the engine profiles the verify cost model for adaptive schedules
+  }
   SpeculativeEngine engine(model, tok, pool, n_ctx, drafter->get(), f.schedule);
 
   auto result = engine.Generate(f.prompt, opt, [&](int32_t, std::string_view text, TokenSource) {
@@ -142,11 +161,15 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_flag("--json", f->json, "Print one JSON object with text, ids and stats");
   sub->add_flag("--parse-special", f->parse_special, "Parse special tokens written in the prompt");
   sub->add_flag("--ignore-eos", f->ignore_eos, "Do not stop at end-of-generation tokens");
-  sub->add_option("--model-draft,--md", f->drafter.draft_model, "Draft model GGUF (draft-simple)");
-  sub->add_option("--spec-type", f->drafter.type, "none | draft-simple | ngram | synthetic")->capture_default_str();
+  sub->add_option("--model-draft,--md", f->drafter.draft_model, "Draft model GGUF (draft-simple, draft-dspark, draft-dflash)");
+  sub->add_option("--spec-type", f->drafter.type, "none | draft-simple | draft-dspark | draft-dflash | ngram | synthetic")->capture_default_str();
   sub->add_option("--spec-draft-n-max", f->schedule.n_max, "Most tokens drafted per step")->capture_default_str()->check(CLI::Range(1, 64));
   sub->add_option("--spec-draft-n-min", f->schedule.n_min, "Drop drafts shorter than this")->capture_default_str()->check(CLI::Range(0, 64));
-  sub->add_option("--spec-draft-p-min", f->schedule.p_min, "Stop drafting below this draft probability")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--spec-draft-p-min", f->schedule.p_min, "Stop drafting below this draft probability (draft-dspark: below this confidence)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--spec-schedule", f->schedule_mode,
+                  "cut: verify the draft up to the p-min cut; cost: verify the prefix maximising expected tokens per "
+                  "ms (default with a confidence head)")
+      ->check(CLI::IsMember({"cut", "cost"}));
   sub->add_flag("--spec-adaptive", f->schedule.adaptive, "Choose the draft length from measured acceptance and cost");
   sub->add_option("--spec-ngram-min", f->drafter.ngram.n_min, "Shortest n-gram to match")->capture_default_str();
   sub->add_option("--spec-ngram-max", f->drafter.ngram.n_max, "Longest n-gram to match")->capture_default_str();
