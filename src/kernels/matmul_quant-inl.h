@@ -291,6 +291,18 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
     for (int64_t rt = tb; rt < te; ++rt) {
       const int64_t r0 = rt * kRowTile;
       const int nr = static_cast<int>(std::min<int64_t>(kRowTile, rows - r0));
+#if DSPARK_HAVE_VNNI
+      if (!use_lanes && w.type == DType::kQ4_K) {  // fused row dot, no decode pass
+        for (int r = 0; r < nr; ++r) {
+          const auto* blocks = reinterpret_cast<const BlockQ4_K*>(
+              static_cast<const uint8_t*>(w.data) + (r0 + r) * row_bytes);
+          for (int64_t j = 0; j < m; ++j)
+            y[j * rows + r0 + r] = DotQ4_KVnni(blocks, cols / 256, qa.q + j * qa.cols_pad,
+                                               qa.da + j * qa.nsub, qa.asum + j * qa.nsub);
+        }
+        continue;
+      }
+#endif
       for (int r = 0; r < nr; ++r) {
         const void* row = static_cast<const uint8_t*>(w.data) + (r0 + r) * row_bytes;
         const DecodedRow plain{db.u[r], db.dsc[r], db.msc[r], tt.sub, 1};
