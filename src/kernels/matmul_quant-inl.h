@@ -292,13 +292,28 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
       const int64_t r0 = rt * kRowTile;
       const int nr = static_cast<int>(std::min<int64_t>(kRowTile, rows - r0));
 #if DSPARK_HAVE_VNNI
-      if (!use_lanes && w.type == DType::kQ4_K) {  // fused row dot, no decode pass
+      if (!use_lanes && (w.type == DType::kQ4_K || w.type == DType::kQ5_K)) {
+        // Fused row dot, no decode pass; activation rows in pairs so each unpack serves two.
         for (int r = 0; r < nr; ++r) {
-          const auto* blocks = reinterpret_cast<const BlockQ4_K*>(
-              static_cast<const uint8_t*>(w.data) + (r0 + r) * row_bytes);
-          for (int64_t j = 0; j < m; ++j)
-            y[j * rows + r0 + r] = DotQ4_KVnni(blocks, cols / 256, qa.q + j * qa.cols_pad,
-                                               qa.da + j * qa.nsub, qa.asum + j * qa.nsub);
+          const auto* row = static_cast<const uint8_t*>(w.data) + (r0 + r) * row_bytes;
+          for (int64_t j = 0; j < m; j += 2) {
+            const int8_t* a[2] = {qa.q + j * qa.cols_pad, qa.q + (j + 1) * qa.cols_pad};
+            const float* da[2] = {qa.da + j * qa.nsub, qa.da + (j + 1) * qa.nsub};
+            const float* as[2] = {qa.asum + j * qa.nsub, qa.asum + (j + 1) * qa.nsub};
+            float out[2];
+            const bool two = j + 1 < m;
+            if (w.type == DType::kQ4_K) {
+              const auto* blk = reinterpret_cast<const BlockQ4_K*>(row);
+              if (two) DotKVnni<BlockQ4_K, 2>(blk, cols / 256, a, da, as, out);
+              else DotKVnni<BlockQ4_K, 1>(blk, cols / 256, a, da, as, out);
+            } else {
+              const auto* blk = reinterpret_cast<const BlockQ5_K*>(row);
+              if (two) DotKVnni<BlockQ5_K, 2>(blk, cols / 256, a, da, as, out);
+              else DotKVnni<BlockQ5_K, 1>(blk, cols / 256, a, da, as, out);
+            }
+            y[j * rows + r0 + r] = out[0];
+            if (two) y[(j + 1) * rows + r0 + r] = out[1];
+          }
         }
         continue;
       }

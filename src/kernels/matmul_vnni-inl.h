@@ -109,43 +109,61 @@ DSPARK_VNNI_ATTR inline float DotNaturalVnni(const uint8_t* HWY_RESTRICT u,
   return ReduceAdd(_mm512_add_ps(f0, f1));
 }
 
-// Q4_K row dot without a decode pass (m < kLanesMinM): nibbles are unpacked in registers and
-// used directly as the unsigned operand (q in [0, 15] needs no +128 offset, so no correction),
-// scales are unpacked 8 at a time. Per super-block: 4 x (unpack, dpbusd, cvt, scale, fma) plus
-// one 8-wide min dot, about half the work of decode + DotNaturalVnni.
-//   a: [cols] activation bytes; da, asum: [cols / 32] per sub-block (da constant per 256).
-DSPARK_VNNI_ATTR inline float DotQ4_KVnni(const BlockQ4_K* HWY_RESTRICT b, int64_t nblocks,
-                                          const int8_t* HWY_RESTRICT a,
-                                          const float* HWY_RESTRICT da,
-                                          const float* HWY_RESTRICT asum) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
+// Q4_K / Q5_K row dot without a decode pass (m < kLanesMinM): nibbles (and Q5_K's fifth bits)
+// are unpacked in registers and used directly as the unsigned operand (q in [0, 31] needs no
+// +128 offset, so no correction), scales are unpacked 8 at a time, and each unpacked vector is
+// applied to kM activation rows. Per super-block and row: 4 x (dpbusd, cvt, fma) plus the
+// shared unpack and one 8-wide min dot, about half the work of decode + DotNaturalVnni.
+//   a[j]: [cols] activation bytes of row j; da[j], asum[j]: [cols / 32] (da constant per 256).
+template <typename Block, int kM>
+DSPARK_VNNI_ATTR inline void DotKVnni(const Block* HWY_RESTRICT b, int64_t nblocks,
+                                      const int8_t* const* a, const float* const* da,
+                                      const float* const* asum, float* out) {
+  constexpr bool kQ5 = sizeof(Block) == sizeof(BlockQ5_K);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
   const __m512i idx_lo = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  __m512 f = _mm512_setzero_ps();
-  __m256 fm = _mm256_setzero_ps();
+  __m512 f[kM];
+  __m256 fm[kM];
+  for (int j = 0; j < kM; ++j) {
+    f[j] = _mm512_setzero_ps();
+    fm[j] = _mm256_setzero_ps();
+  }
   for (int64_t i = 0; i < nblocks; ++i) {
     HWY_ALIGN float dsc[8], msc[8];
     DecodeKScales(b[i].d, b[i].dmin, b[i].scales, dsc, msc, 1);
-    // scale per sub-block = d*sc * da (da is the super-block's activation scale)
-    const __m256 vd = _mm256_mul_ps(_mm256_load_ps(dsc), _mm256_set1_ps(da[8 * i]));
-    fm = _mm256_fmadd_ps(_mm256_load_ps(msc), _mm256_loadu_ps(asum + 8 * i), fm);
-    const __m512 vd512 = _mm512_maskz_broadcast_f32x8(0xFFFF, vd);  // only lanes 0-7 are indexed
-    const int8_t* ai = a + 256 * i;
+    const __m256 vdsc = _mm256_load_ps(dsc), vmsc = _mm256_load_ps(msc);
+    __m512 vd[kM];
+    for (int j = 0; j < kM; ++j) {
+      // scale per sub-block = d*sc * da (da is the super-block's activation scale); only
+      // lanes 0-7 are indexed below (masked broadcast: GCC 12 warns on the unmasked forms)
+      vd[j] = _mm512_maskz_broadcast_f32x8(0xFFFF, _mm256_mul_ps(vdsc, _mm256_set1_ps(da[j][8 * i])));
+      fm[j] = _mm256_fmadd_ps(vmsc, _mm256_loadu_ps(asum[j] + 8 * i), fm[j]);
+    }
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kQ5) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh));
     for (int c = 0; c < 4; ++c) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * c));
-      // [low nibbles | high nibbles] (broadcast forms: GCC 12 warns on the insert/cast ones)
-      const __m512i u = _mm512_mask_broadcast_i64x4(
-          _mm512_maskz_broadcast_i64x4(0xFF, _mm256_and_si256(v, m4)), 0xF0,
-          _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-      const __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
-                                              _mm512_loadu_si512(ai + 64 * c));
+      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      if constexpr (kQ5) {  // bit 2c of qh[l] -> element l, bit 2c+1 -> element l + 32
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
+        qh = _mm256_srli_epi16(qh, 2);
+      }
+      const __m512i u = _mm512_mask_broadcast_i64x4(_mm512_maskz_broadcast_i64x4(0xFF, lo), 0xF0, hi);
       // lanes 0-7: sub-block 2c, lanes 8-15: 2c+1
       const __m512i idx = _mm512_add_epi32(idx_lo, _mm512_set1_epi32(2 * c));
-      f = _mm512_fmadd_ps(CvtI32(acc), _mm512_maskz_permutexvar_ps(0xFFFF, idx, vd512), f);
+      for (int j = 0; j < kM; ++j) {
+        const __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
+                                                _mm512_loadu_si512(a[j] + 256 * i + 64 * c));
+        f[j] = _mm512_fmadd_ps(CvtI32(acc), _mm512_maskz_permutexvar_ps(0xFFFF, idx, vd[j]), f[j]);
+      }
     }
   }
-  const __m128 m4s = _mm_add_ps(_mm256_castps256_ps128(fm), _mm256_extractf128_ps(fm, 1));
-  const __m128 m2 = _mm_add_ps(m4s, _mm_movehl_ps(m4s, m4s));
-  return ReduceAdd(f) + _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+  for (int j = 0; j < kM; ++j) {
+    const __m128 m4s = _mm_add_ps(_mm256_castps256_ps128(fm[j]), _mm256_extractf128_ps(fm[j], 1));
+    const __m128 m2 = _mm_add_ps(m4s, _mm_movehl_ps(m4s, m4s));
+    out[j] = ReduceAdd(f[j]) + _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+  }
 }
 
 // Activation tile of up to L = 16 (or 8) rows in lane-interleaved form.
