@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -11,7 +13,7 @@ namespace dspark::gguf {
 namespace {
 
 std::string TempPath(const std::string& name) {
-  return std::string(::testing::TempDir()) + "dspark_gguf_" + name + ".gguf";
+  return std::string(::testing::TempDir()) + "dspark_gguf_" + std::to_string(getpid()) + "_" + name + ".gguf";
 }
 
 void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {

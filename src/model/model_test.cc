@@ -336,7 +336,7 @@ TEST_F(TinyQwen3, ContextFullIsAClearErrorAndLeavesCacheIntact) {
 }
 
 TEST(ModelLoad, UnknownArchitectureAndMissingTensorAreClearErrors) {
-  const std::string path = std::string(::testing::TempDir()) + "dspark_bad_arch.gguf";
+  const std::string path = testing::TempPath("bad_arch.gguf");
   {
     gguf::Writer w;
     w.SetString("general.architecture", "gpt-j");
@@ -357,7 +357,7 @@ TEST(ModelLoad, UnknownArchitectureAndMissingTensorAreClearErrors) {
     std::vector<int64_t> ne = t.ne;
     ASSERT_TRUE(w.AddTensor(t.name, t.type, ne, std::vector<uint8_t>(t.data, t.data + t.nbytes)).ok());
   }
-  const std::string dropped = std::string(::testing::TempDir()) + "dspark_dropped.gguf";
+  const std::string dropped = testing::TempPath("dropped.gguf");
   ASSERT_TRUE(w.WriteFile(dropped).ok());
   m = Model::Load(dropped);
   ASSERT_FALSE(m.ok());
@@ -374,7 +374,7 @@ TEST(ModelLoad, WrongShapeNamesTensorAndExpectation) {
   w.SetU32("llama.feed_forward_length", spec.n_ff * 2);  // now every FFN tensor is the wrong shape
   for (const auto& t : (*f)->tensors())
     ASSERT_TRUE(w.AddTensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes)).ok());
-  const std::string bad = std::string(::testing::TempDir()) + "dspark_badshape.gguf";
+  const std::string bad = testing::TempPath("badshape.gguf");
   ASSERT_TRUE(w.WriteFile(bad).ok());
   auto m = Model::Load(bad);
   ASSERT_FALSE(m.ok());

@@ -174,7 +174,7 @@ TEST_F(Lossless, EosInsideADraftEndsWhereReferenceEnds) {
   w.SetU32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(plain.ids[8]));
   for (const auto& t : (*f)->tensors())
     ASSERT_TRUE(w.AddTensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes)).ok());
-  const std::string eos_path = std::string(::testing::TempDir()) + "dspark_lossless_eos.gguf";
+  const std::string eos_path = testing::TempPath("lossless_eos.gguf");
   ASSERT_TRUE(w.WriteFile(eos_path).ok());
   target_ = Load(eos_path);
   const GenerateResult p2 = Run(nullptr, prompt, 30, 1);
@@ -264,7 +264,7 @@ TEST_F(Lossless, MismatchedVocabularyIsRefusedNamingTheToken) {
   w.Set("tokenizer.ggml.tokens", gguf::Value::StringArray(tokens));
   for (const auto& t : (*f)->tensors())
     ASSERT_TRUE(w.AddTensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes)).ok());
-  const std::string bad = std::string(::testing::TempDir()) + "dspark_lossless_badvocab.gguf";
+  const std::string bad = testing::TempPath("lossless_badvocab.gguf");
   ASSERT_TRUE(w.WriteFile(bad).ok());
   Loaded b = Load(bad);
   Status st = CheckVocabCompatible(*b.tok, *target_.tok);

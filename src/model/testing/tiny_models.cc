@@ -1,8 +1,14 @@
 #include "model/testing/tiny_models.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 namespace dspark::testing {
+
+std::string TempPath(const std::string& name) {
+  return std::string(::testing::TempDir()) + "dspark_" + std::to_string(getpid()) + "_" + name;
+}
 
 SynthSpec TinySpec(const std::string& arch, DType type, int n_vocab) {
   SynthSpec spec;
@@ -22,7 +28,7 @@ SynthSpec TinySpec(const std::string& arch, DType type, int n_vocab) {
 }
 
 std::string WriteTiny(const SynthSpec& spec, const std::string& tag) {
-  const std::string path = std::string(::testing::TempDir()) + "dspark_tiny_" + tag + ".gguf";
+  const std::string path = TempPath("tiny_" + tag + ".gguf");
   Status s = WriteSynthModel(spec, nullptr, path);
   EXPECT_TRUE(s.ok()) << s.message();
   return path;

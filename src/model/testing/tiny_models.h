@@ -7,6 +7,10 @@
 
 namespace dspark::testing {
 
+// A path in the test temp dir unique to this process: ctest runs every case as its own process,
+// in parallel, and a file rewritten under another process's mmap would crash it (SIGBUS).
+std::string TempPath(const std::string& name);
+
 // A small spec of `arch` whose dimensions fit `type`'s block size.
 SynthSpec TinySpec(const std::string& arch, DType type, int n_vocab = 300);
 // Writes `spec` to <tmp>/dspark_tiny_<tag>.gguf and returns the path (aborts the test on failure).
