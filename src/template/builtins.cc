@@ -27,8 +27,9 @@ Result<Value> AttrPath(Interpreter& in, const Value& obj, const std::string& pat
     size_t dot = path.find('.', start);
     std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     Value key(part);
-    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      key = Value(static_cast<int64_t>(std::stoll(part)));
+    if (!part.empty() && part.size() < 18 &&
+        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      key = Value(static_cast<int64_t>(std::strtoll(part.c_str(), nullptr, 10)));
     }
     DSPARK_ASSIGN_OR_RETURN(cur, in.GetItem(cur, key));
     if (dot == std::string::npos) return cur;
@@ -159,10 +160,13 @@ Result<Value> FInt(Interpreter&, const Value& v, const CallArgs& a) {
   const Value* def = a.Get("default", 0);
   Value fallback = def != nullptr ? *def : Value(0);
   if (v.is_integral()) return Value(v.int_value());
-  if (v.kind() == Kind::kFloat) {
-    if (!std::isfinite(v.float_value())) return fallback;
-    return Value(static_cast<int64_t>(std::trunc(v.float_value())));
-  }
+  // Doubles outside int64 would need Python's big ints.
+  auto from_double = [&](double d) -> Result<Value> {
+    if (!std::isfinite(d)) return fallback;
+    if (std::fabs(d) >= 9.2e18) return InvalidArgument("int: {} does not fit in 64 bits", FormatFloat(d));
+    return Value(static_cast<int64_t>(std::trunc(d)));
+  };
+  if (v.kind() == Kind::kFloat) return from_double(v.float_value());
   if (!v.is_string()) return fallback;
   std::string s = PyStrip(v.str(), nullptr, true, true);
   char* end = nullptr;
@@ -170,7 +174,7 @@ Result<Value> FInt(Interpreter&, const Value& v, const CallArgs& a) {
   long long i = std::strtoll(s.c_str(), &end, 10);
   if (!s.empty() && *end == '\0' && errno == 0) return Value(static_cast<int64_t>(i));
   double d = std::strtod(s.c_str(), &end);
-  if (!s.empty() && *end == '\0' && std::isfinite(d)) return Value(static_cast<int64_t>(std::trunc(d)));
+  if (!s.empty() && *end == '\0') return from_double(d);
   return fallback;
 }
 
@@ -215,7 +219,12 @@ Result<Value> FRound(Interpreter&, const Value& v, const CallArgs& a) {
 
 Result<Value> FIndent(Interpreter&, const Value& v, const CallArgs& a) {
   const Value* w = a.Get("width", 0);
-  std::string indent = w == nullptr ? "    " : w->is_string() ? w->str() : std::string(static_cast<size_t>(std::max<int64_t>(0, w->int_value())), ' ');
+  if (w != nullptr && !w->is_string() && (!w->is_integral() || w->int_value() > 1000)) {
+    return InvalidArgument("indent: width must be a string or an integer up to 1000");
+  }
+  std::string indent = w == nullptr       ? "    "
+                       : w->is_string()   ? w->str()
+                                          : std::string(static_cast<size_t>(std::max<int64_t>(0, w->int_value())), ' ');
   return Value(JinjaIndent(ToStr(v), indent, BoolArg(a, "first", 1, false), BoolArg(a, "blank", 2, false)));
 }
 
@@ -588,9 +597,12 @@ Dict MakeGlobals(const GlobalsOptions& options) {
     DSPARK_ASSIGN_OR_RETURN(Dict d, KwargsDict(a, "dict"));
     return Value::MakeDict(std::move(d));
   }));
-  g.Set("namespace", Value::MakeCallable("namespace", [](const CallArgs& a) -> Result<Value> {
+  std::vector<Value>* created = options.namespaces;
+  g.Set("namespace", Value::MakeCallable("namespace", [created](const CallArgs& a) -> Result<Value> {
     DSPARK_ASSIGN_OR_RETURN(Dict d, KwargsDict(a, "namespace"));
-    return Value::MakeNamespace(std::move(d));
+    Value ns = Value::MakeNamespace(std::move(d));
+    if (created != nullptr) created->push_back(ns);
+    return ns;
   }));
   g.Set("raise_exception", Value::MakeCallable("raise_exception", [](const CallArgs& a) -> Result<Value> {
     std::string message = a.args.empty() ? "" : ToStr(a.args[0]);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "template/ast.h"
 #include "template/value.h"
@@ -28,6 +29,9 @@ Result<std::string> PercentFormat(const std::string& format, const Value& args);
 struct GlobalsOptions {
   // strftime_now's clock; defaults to the system clock (local time, as transformers does).
   std::function<std::tm()> now;
+  // Receives every namespace() the render creates, so the caller can clear them afterwards: a
+  // template can make reference cycles (set ns.self = ns) that shared ownership never frees.
+  std::vector<Value>* namespaces = nullptr;
 };
 // range, dict, namespace, raise_exception, strftime_now.
 Dict MakeGlobals(const GlobalsOptions& options);

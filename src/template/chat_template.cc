@@ -23,15 +23,23 @@ Result<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
 
 namespace {
 
-Result<std::string> RenderValue(const jinja::Body& body, const jinja::Value& context,
+Result<std::string> RenderValue(const jinja::Body& body, const Result<jinja::Value>& converted,
                                 const std::function<std::tm()>& now) {
+  if (!converted.ok()) return converted.status().WithContext("chat template: context: ");
+  const jinja::Value& context = *converted;
   if (!context.is_dict()) return InvalidArgument("chat template: render context must be a JSON object");
+  std::vector<jinja::Value> namespaces;
   jinja::GlobalsOptions options;
   options.now = now;
+  options.namespaces = &namespaces;
   jinja::Dict globals = jinja::MakeGlobals(options);
-  jinja::Interpreter interp(&globals, &context.dict());
   std::string out;
-  Status st = interp.Render(body, &out);
+  Status st;
+  {
+    jinja::Interpreter interp(&globals, &context.dict());
+    st = interp.Render(body, &out);
+  }
+  for (jinja::Value& ns : namespaces) ns.mutable_namespace().items.clear();
   if (!st.ok()) return st.WithContext("chat template: ");
   return out;
 }

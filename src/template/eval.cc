@@ -76,22 +76,44 @@ Result<Value> Arithmetic(const std::string& op, const Value& a, const Value& b) 
   }
   const bool ints = a.is_integral() && b.is_integral();
   const double x = a.float_value(), y = b.float_value();
-  if (op == "+") return ints ? Value(a.int_value() + b.int_value()) : Value(x + y);
-  if (op == "-") return ints ? Value(a.int_value() - b.int_value()) : Value(x - y);
-  if (op == "*") return ints ? Value(a.int_value() * b.int_value()) : Value(x * y);
+  const int64_t i = a.int_value(), j = b.int_value();
+  int64_t r = 0;
+  // Python ints are unbounded; ours are 64-bit and refuse to wrap.
+  auto overflow = [&] { return InvalidArgument("integer overflow in {} {} {}", i, op, j); };
+  if (op == "+") {
+    if (!ints) return Value(x + y);
+    if (__builtin_add_overflow(i, j, &r)) return overflow();
+    return Value(r);
+  }
+  if (op == "-") {
+    if (!ints) return Value(x - y);
+    if (__builtin_sub_overflow(i, j, &r)) return overflow();
+    return Value(r);
+  }
+  if (op == "*") {
+    if (!ints) return Value(x * y);
+    if (__builtin_mul_overflow(i, j, &r)) return overflow();
+    return Value(r);
+  }
   if (op == "/" || op == "//" || op == "%") {
     if (y == 0) return InvalidArgument("{} by zero", ints && op != "/" ? "integer division or modulo" : "division");
     if (op == "/") return Value(x / y);
-    if (op == "//") return ints ? Value(FloorDiv(a.int_value(), b.int_value())) : Value(std::floor(x / y));
-    if (ints) return Value(a.int_value() - FloorDiv(a.int_value(), b.int_value()) * b.int_value());
+    if (ints && i == INT64_MIN && j == -1) return op == "//" ? overflow() : Result<Value>(Value(0));
+    if (op == "//") return ints ? Value(FloorDiv(i, j)) : Value(std::floor(x / y));
+    if (ints) return Value(i - FloorDiv(i, j) * j);
     double m = std::fmod(x, y);
     if (m != 0 && ((m < 0) != (y < 0))) m += y;
     return Value(m);
   }
   if (op == "**") {
-    if (ints && b.int_value() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.int_value(); ++i) r *= a.int_value();
+    if (ints && j >= 0) {
+      int64_t base = i, e = j;
+      r = 1;
+      while (e > 0) {  // square-and-multiply
+        if ((e & 1) && __builtin_mul_overflow(r, base, &r)) return overflow();
+        e >>= 1;
+        if (e > 0 && __builtin_mul_overflow(base, base, &base)) return overflow();
+      }
       return Value(r);
     }
     return Value(std::pow(x, y));
@@ -158,6 +180,10 @@ Result<bool> Contains(const Value& container, const Value& x) {
 }
 
 Interpreter::Interpreter(const Dict* globals, const Dict* context) : globals_(globals), context_(context) {}
+
+Interpreter::~Interpreter() {
+  for (Value& loop : loops_) loop.mutable_namespace().items.clear();
+}
 
 Status Interpreter::ErrorAt(int line, int column, const Status& cause) const {
   if (cause.message().starts_with("template")) return cause;
@@ -273,6 +299,9 @@ Status Interpreter::Assign(const Target& target, const Value& value, const Stmt&
       return ErrorAt(s.line, s.column, InvalidArgument("cannot assign attribute on non-namespace object"));
     }
     ns.mutable_namespace().Set(target.attr, value);
+    if (ns.depth() > kMaxValueDepth) {
+      return ErrorAt(s.line, s.column, InvalidArgument("value nested deeper than {} levels", kMaxValueDepth));
+    }
     return Status::Ok();
   }
   if (!target.is_tuple) {
@@ -327,6 +356,7 @@ Status Interpreter::ExecFor(const Stmt& s, std::string* out) {
   loop_fields.items[8].second = Value(0);
   loop_fields.items[11].second = cycle;
   Value loop = Value::MakeNamespace(std::move(loop_fields));
+  loops_.push_back(loop);
   for (int64_t i = 0; i < n; ++i) {
     if (++steps_ > kMaxSteps) {
       return ErrorAt(s.line, s.column, InvalidArgument("template ran more than {} steps", kMaxSteps));
@@ -404,6 +434,14 @@ Status Interpreter::RunMacro(const Stmt& s, const CallArgs& args, Scope* frame, 
 }
 
 Result<Value> Interpreter::Eval(const Expr& e) {
+  DSPARK_ASSIGN_OR_RETURN(Value v, EvalImpl(e));
+  if (v.depth() > kMaxValueDepth) {
+    return ErrorAt(e.line, e.column, InvalidArgument("value nested deeper than {} levels", kMaxValueDepth));
+  }
+  return v;
+}
+
+Result<Value> Interpreter::EvalImpl(const Expr& e) {
   auto wrap = [&](Result<Value> r) -> Result<Value> {
     if (r.ok()) return r;
     return ErrorAt(e.line, e.column, r.status());
@@ -462,7 +500,9 @@ Result<Value> Interpreter::Eval(const Expr& e) {
       if (v.is_undefined()) return wrap(UndefinedError(v));
       if (!v.is_number()) return wrap(InvalidArgument("bad operand type for unary {}: '{}'", e.name, TypeName(v)));
       if (e.name == "+") return v.kind() == Kind::kBool ? Value(v.int_value()) : v;
-      return v.kind() == Kind::kFloat ? Value(-v.float_value()) : Value(-v.int_value());
+      if (v.kind() == Kind::kFloat) return Value(-v.float_value());
+      if (v.int_value() == INT64_MIN) return wrap(InvalidArgument("integer overflow in unary -"));
+      return Value(-v.int_value());
     }
     case Expr::Kind::kBinary: return wrap(EvalBinary(e));
     case Expr::Kind::kCond: {

@@ -18,6 +18,8 @@ class Interpreter {
   // `globals` and `context` are read-only lookups behind the template's own variables; both
   // must outlive the interpreter.
   Interpreter(const Dict* globals, const Dict* context);
+  // Empties the loop objects it made, breaking any reference cycles through them.
+  ~Interpreter();
 
   Status Render(const Body& body, std::string* out);
 
@@ -45,6 +47,7 @@ class Interpreter {
   Value MakeMacro(const Stmt& s, Scope* closure);
   Status RunMacro(const Stmt& s, const CallArgs& args, Scope* frame, std::string* out);
   Value Lookup(const std::string& name) const;
+  Result<Value> EvalImpl(const Expr& e);
   Result<Value> EvalBinary(const Expr& e);
   Result<Value> EvalCall(const Expr& e);
   Result<CallArgs> EvalArgs(const Expr& e, size_t first);
@@ -58,6 +61,7 @@ class Interpreter {
   Scope* scope_ = &root_;
   Flow flow_ = Flow::kNormal;
   int depth_ = 0;      // macro / call nesting, bounded to keep the C++ stack safe
+  std::vector<Value> loops_;  // loop objects, emptied on destruction
   int64_t steps_ = 0;  // statements executed, bounded against runaway loops
 };
 

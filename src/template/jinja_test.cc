@@ -126,6 +126,24 @@ TEST(JinjaRender, RunawayTemplatesHitLimits) {
             std::string::npos);
 }
 
+TEST(JinjaRender, HostileValuesAreErrorsNotCrashes) {
+  EXPECT_NE(RenderError("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(RenderError("{{ 2 ** 100 }}").find("integer overflow"), std::string::npos);
+  EXPECT_EQ(RenderOk("{{ 2 ** 62 }}|{{ (-2) ** 63 }}|{{ 3 ** 0 }}"), "4611686018427387904|-9223372036854775808|1");
+  EXPECT_NE(RenderError("{{ x // -1 }}", {{"x", INT64_MIN}}).find("integer overflow"), std::string::npos);
+  EXPECT_NE(RenderError("{{ 1e300|int }}").find("does not fit"), std::string::npos);
+  EXPECT_NE(RenderError("{{ 'x'|indent(100000000) }}").find("indent"), std::string::npos);
+  // Values nested past the limit, built by the template or passed in the context.
+  EXPECT_NE(RenderError("{% set ns = namespace(l=[]) %}{% for i in range(500) %}{% set ns.l = [ns.l] %}{% endfor %}")
+                .find("nested deeper than"),
+            std::string::npos);
+  ordered_json deep = ordered_json::array();
+  for (int i = 0; i < 1000; ++i) deep = ordered_json::array({deep});
+  EXPECT_NE(RenderError("{{ x }}", {{"x", deep}}).find("nested deeper than"), std::string::npos);
+  // A namespace that contains itself prints like Python's recursive repr, without recursing forever.
+  EXPECT_NE(RenderOk("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}").find("..."), std::string::npos);
+}
+
 TEST(JinjaRender, WhitespaceControlMatchesTransformers) {
   // trim_blocks eats the newline after a block tag; lstrip_blocks the indentation before it.
   EXPECT_EQ(RenderOk("<\n  {% if true %}\n  x\n  {% endif %}\n>"), "<\n  x\n>");

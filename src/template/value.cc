@@ -17,6 +17,7 @@ const Value* Dict::Find(std::string_view key) const {
 }
 
 void Dict::Set(std::string key, Value value) {
+  depth = std::max(depth, value.depth() + 1);
   for (auto& [k, v] : items) {
     if (k == key) {
       v = std::move(value);
@@ -49,11 +50,17 @@ Value Value::MakeList(List items, bool is_tuple) {
   Value v;
   v.kind_ = Kind::kList;
   v.tuple_ = is_tuple;
+  uint32_t depth = 0;
+  for (const Value& item : items) depth = std::max(depth, item.depth());
+  v.list_depth_ = depth + 1;
   v.list_ = std::make_shared<const List>(std::move(items));
   return v;
 }
 
 Value Value::MakeDict(Dict dict) {
+  uint32_t depth = 0;
+  for (const auto& item : dict.items) depth = std::max(depth, item.second.depth());
+  dict.depth = depth + 1;
   Value v;
   v.kind_ = Kind::kDict;
   v.dict_ = std::make_shared<Dict>(std::move(dict));
@@ -78,6 +85,12 @@ const void* Value::identity() const {
   if (dict_) return dict_.get();
   if (fn_) return fn_.get();
   return nullptr;
+}
+
+uint32_t Value::depth() const {
+  if (kind_ == Kind::kList) return list_depth_;
+  if (kind_ == Kind::kDict || kind_ == Kind::kNamespace) return dict_->depth;
+  return 0;
 }
 
 bool Value::Truthy() const {
@@ -237,14 +250,20 @@ static std::string ReprString(const std::string& s) {
   return out;
 }
 
-std::string Repr(const Value& v) {
+static std::string ReprAt(const Value& v, int depth);
+
+std::string Repr(const Value& v) { return ReprAt(v, 0); }
+
+// Python prints "[...]" for a container that contains itself; namespaces can (set ns.x = ns).
+static std::string ReprAt(const Value& v, int depth) {
+  if (depth > static_cast<int>(kMaxValueDepth)) return "...";
   switch (v.kind()) {
     case Kind::kString: return ReprString(v.str());
     case Kind::kList: {
       std::string out = v.is_tuple() ? "(" : "[";
       for (size_t i = 0; i < v.list().size(); ++i) {
         if (i) out += ", ";
-        out += Repr(v.list()[i]);
+        out += ReprAt(v.list()[i], depth + 1);
       }
       if (v.is_tuple() && v.list().size() == 1) out += ",";
       return out + (v.is_tuple() ? ")" : "]");
@@ -255,9 +274,19 @@ std::string Repr(const Value& v) {
       for (const auto& [k, item] : v.dict().items) {
         if (!first) out += ", ";
         first = false;
-        out += ReprString(k) + ": " + Repr(item);
+        out += ReprString(k) + ": " + ReprAt(item, depth + 1);
       }
       return out + "}";
+    }
+    case Kind::kNamespace: {
+      std::string out = "<Namespace {";
+      bool first = true;
+      for (const auto& [k, item] : v.dict().items) {
+        if (!first) out += ", ";
+        first = false;
+        out += ReprString(k) + ": " + ReprAt(item, depth + 1);
+      }
+      return out + "}>";
     }
     default: return ToStr(v);
   }
@@ -274,16 +303,7 @@ std::string ToStr(const Value& v) {
     case Kind::kList:
     case Kind::kDict: return Repr(v);
     case Kind::kCallable: return "<function " + v.callable().name + ">";
-    case Kind::kNamespace: {
-      std::string out = "<Namespace {";
-      bool first = true;
-      for (const auto& [k, item] : v.dict().items) {
-        if (!first) out += ", ";
-        first = false;
-        out += ReprString(k) + ": " + Repr(item);
-      }
-      return out + "}>";
-    }
+    case Kind::kNamespace: return Repr(v);
   }
   return "";
 }
@@ -444,7 +464,8 @@ Result<std::string> ToJson(const Value& v, const JsonOptions& options) {
 }
 
 template <typename J>
-static Value FromJsonImpl(const J& j) {
+static Result<Value> FromJsonImpl(const J& j, uint32_t depth) {
+  if (depth > kMaxValueDepth) return InvalidArgument("JSON nested deeper than {} levels", kMaxValueDepth);
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::None();
     case nlohmann::json::value_t::boolean: return Value(j.template get<bool>());
@@ -459,20 +480,26 @@ static Value FromJsonImpl(const J& j) {
     case nlohmann::json::value_t::array: {
       List items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJsonImpl(e));
+      for (const auto& e : j) {
+        DSPARK_ASSIGN_OR_RETURN(Value v, FromJsonImpl(e, depth + 1));
+        items.push_back(std::move(v));
+      }
       return Value::MakeList(std::move(items));
     }
     case nlohmann::json::value_t::object: {
       Dict d;
       d.items.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) d.items.emplace_back(it.key(), FromJsonImpl(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        DSPARK_ASSIGN_OR_RETURN(Value v, FromJsonImpl(it.value(), depth + 1));
+        d.items.emplace_back(it.key(), std::move(v));
+      }
       return Value::MakeDict(std::move(d));
     }
-    default: return Value::None();  // binary / discarded: not produced by JSON parsing
+    default: return InvalidArgument("unsupported JSON value (binary)");
   }
 }
 
-Value FromJson(const nlohmann::ordered_json& j) { return FromJsonImpl(j); }
-Value FromJson(const nlohmann::json& j) { return FromJsonImpl(j); }
+Result<Value> FromJson(const nlohmann::ordered_json& j) { return FromJsonImpl(j, 0); }
+Result<Value> FromJson(const nlohmann::json& j) { return FromJsonImpl(j, 0); }
 
 }  // namespace dspark::jinja

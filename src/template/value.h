@@ -25,6 +25,7 @@ using Kwargs = std::vector<std::pair<std::string, Value>>;
 // Insertion-ordered string-keyed map (Python dicts keep insertion order; tojson relies on it).
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;
+  uint32_t depth = 1;  // nesting depth, see Value::depth()
   const Value* Find(std::string_view key) const;
   void Set(std::string key, Value value);
 };
@@ -40,6 +41,8 @@ struct Callable {
   std::string name;
   NativeFn fn;
 };
+
+inline constexpr uint32_t kMaxValueDepth = 200;
 
 enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kCallable, kNamespace };
 
@@ -83,6 +86,9 @@ class Value {
   Dict& mutable_namespace() const { return *dict_; }         // kNamespace
   const Callable& callable() const { return *fn_; }          // kCallable
   const void* identity() const;                              // storage address, for `is sameas`
+  // Container nesting depth (scalars 0). Evaluation refuses values deeper than kMaxValueDepth so
+  // destruction, repr and comparison, which recurse, stay within the C++ stack.
+  uint32_t depth() const;
 
   bool Truthy() const;
 
@@ -90,6 +96,7 @@ class Value {
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
   bool tuple_ = false;
+  uint32_t list_depth_ = 0;
   int64_t i_ = 0;
   double f_ = 0;
   std::string s_;
@@ -121,8 +128,9 @@ struct JsonOptions {
 // Python json.dumps(x, ...) as HF's tojson filter calls it.
 Result<std::string> ToJson(const Value& v, const JsonOptions& options);
 
-Value FromJson(const nlohmann::ordered_json& j);
-Value FromJson(const nlohmann::json& j);
+// Fails for JSON nested deeper than kMaxValueDepth.
+Result<Value> FromJson(const nlohmann::ordered_json& j);
+Result<Value> FromJson(const nlohmann::json& j);
 
 // UTF-8 helpers: Python strings index by code point. Invalid bytes decode as U+FFFD.
 std::u32string DecodeUtf8(std::string_view s);
