@@ -4,6 +4,8 @@ import math
 
 import torch
 
+from model import repeat_kv
+
 
 class KVCache:
     def __init__(self, n_layer):
@@ -36,7 +38,7 @@ def forward_cached(model, idx, cache: KVCache, return_hidden=False):
             k = torch.cat([cache.k[il], k], dim=2)
             v = torch.cat([cache.v[il], v], dim=2)
         cache.k[il], cache.v[il] = k, v
-        kk, vv = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        kk, vv = repeat_kv(k, rep), repeat_kv(v, rep)
         att = (q @ kk.transpose(-1, -2)) / math.sqrt(c.head_dim)
         att = torch.softmax(att.float().masked_fill(mask, float("-inf")), dim=-1).to(q.dtype)
         y = (att @ vv).transpose(1, 2).reshape(B, T, -1)

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model import FeedForward, RMSNorm, apply_rope, rope_tables
+from model import FeedForward, RMSNorm, apply_rope, repeat_kv, rope_tables
 
 
 @dataclass
@@ -75,7 +75,7 @@ class DraftAttention(nn.Module):
         k = torch.cat([ctx_k, bk], dim=2)
         v = torch.cat([ctx_v, bv], dim=2)
         rep = c.n_head // c.n_head_kv
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        k, v = repeat_kv(k, rep), repeat_kv(v, rep)
         att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(c.head_dim))
         att = att.masked_fill(~mask[:, None], float("-inf"))
         y = torch.softmax(att, dim=-1) @ v

@@ -43,10 +43,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        # Computed in float32 like ggml_rms_norm, whatever the autocast dtype.
-        xf = x.float()
-        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (y * self.weight.float()).to(x.dtype)
+        # In the input's dtype: the mean accumulates in float32 inside the reduction even for bf16,
+        # and upcasting the whole activation costs two copies per norm (a large share of a CPU step).
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
 def rope_tables(head_dim, n_pos, base, device=None):
@@ -64,14 +63,33 @@ def apply_rope(x, cos, sin):
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 
+_MASKS = {}
+
+
+def _future_mask(T, device):
+    """[T, T] bool, True above the diagonal (keys in the future), cached per size."""
+    key = (T, str(device))
+    if key not in _MASKS:
+        _MASKS[key] = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
+    return _MASKS[key]
+
+
+def repeat_kv(x, rep):
+    """[B, Hkv, T, D] -> [B, Hkv * rep, T, D]; query head h uses KV head h // rep, as in ggml.
+    expand + reshape instead of repeat_interleave, whose backward is a slow index_add on CPU."""
+    if rep == 1:
+        return x
+    B, H, T, D = x.shape
+    return x[:, :, None].expand(B, H, rep, T, D).reshape(B, H * rep, T, D)
+
+
 def causal_attention(q, k, v):
     """q [B, H, T, D], k/v [B, H, T, D] (KV heads already repeated) -> [B, H, T, D]."""
     if _HAS_SDPA:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     T = q.shape[-2]
-    att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
-    att = att.masked_fill(mask, float("-inf"))
+    att = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-1, -2)  # scale the smaller operand
+    att = att.masked_fill(_future_mask(T, q.device), float("-inf"))
     # softmax accumulates in float32 internally for bf16 inputs; no explicit upcast (it costs a
     # copy of the [B, H, T, T] scores, the largest tensor of the step)
     return torch.softmax(att, dim=-1) @ v
@@ -101,8 +119,7 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         q, k, v = self.qkv(x, cos, sin)
         rep = self.c.n_head // self.c.n_head_kv
-        k = k.repeat_interleave(rep, dim=1)  # query head h uses KV head h // rep, as in ggml
-        v = v.repeat_interleave(rep, dim=1)
+        k, v = repeat_kv(k, rep), repeat_kv(v, rep)
         y = causal_attention(q, k, v)
         return self.wo(y.transpose(1, 2).reshape(B, T, -1))
 
