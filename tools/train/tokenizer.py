@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import sentencepiece as spm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus  # noqa: E402
@@ -49,6 +48,7 @@ def _chunks(text: str):
 
 
 def train(out: Path = TOKENIZER_MODEL, vocab_size: int = VOCAB_SIZE):
+    import sentencepiece as spm
     docs = corpus.documents("train")
     sentences = [c for _, t in docs for c in _chunks(t)]
     model = io.BytesIO()
@@ -80,7 +80,10 @@ def train(out: Path = TOKENIZER_MODEL, vocab_size: int = VOCAB_SIZE):
     return sp
 
 
-def load(path: Path = TOKENIZER_MODEL) -> spm.SentencePieceProcessor:
+def load(path: Path = TOKENIZER_MODEL):
+    # imported here so that training from existing token caches (e.g. on a GPU machine with only
+    # PyTorch) does not need sentencepiece
+    import sentencepiece as spm
     return spm.SentencePieceProcessor(model_file=str(path))
 
 

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole reference-model pipeline, one stage per argument (see tools/train/README.md):
+#   tools/train/pipeline.sh data              corpus check + tokenizer + token caches
+#   tools/train/pipeline.sh target            start/resume the target in the background
+#   tools/train/pipeline.sh export-target     models/ref-target.gguf + golden outputs + model card
+#   tools/train/pipeline.sh draft             distil and export the draft model (foreground)
+#   tools/train/pipeline.sh dspark            target-generated data, DSpark drafter, export (foreground)
+#   tools/train/pipeline.sh eval              offline tau of both drafters
+#   tools/train/pipeline.sh test              unit tests of the toolkit
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=/usr/bin/python3
+T=tools/train
+TD="${DSPARK_TRAIN_DIR:-/work/dspark-train}"
+for stage in "$@"; do
+  case "$stage" in
+    data)
+      $PY $T/corpus.py --check
+      [ -f models/ref-tokenizer.model ] || $PY $T/tokenizer.py train
+      $PY $T/tokenizer.py stats ;;   # builds missing or stale token caches
+    target) $T/launch_target.sh ;;
+    export-target)
+      $PY $T/export_target.py
+      $PY $T/llama_spm.py models/ref-target.gguf val
+      $PY $T/export_golden.py
+      $PY $T/model_card.py ;;
+    draft)
+      nice -n 19 $PY $T/train_draft.py --resume
+      $PY $T/export_draft.py
+      $PY $T/model_card.py ;;
+    dspark)
+      nice -n 19 $PY $T/gen_target_data.py
+      nice -n 19 $PY $T/train_dspark.py --data "$TD/target-gen" --resume
+      $PY $T/export_dspark.py
+      $PY $T/model_card.py ;;
+    eval) $PY $T/eval_drafters.py --draft models/ref-draft.gguf --dspark models/ref-dspark.gguf ;;
+    test) $PY -m unittest discover -s $T/tests -t $T ;;
+    *) echo "unknown stage $stage" >&2; exit 2 ;;
+  esac
+done
