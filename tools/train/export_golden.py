@@ -5,6 +5,9 @@ tests/data/golden/README.md for the keys. They are computed by PyTorch in float3
 weights *as stored in* models/ref-target.gguf and cross-checked against the float64 numpy
 reference (ref_forward.py); the largest difference is recorded as golden.ref_max_abs_diff.
 
+DSpark drafter (with --dspark): per fixed context, the block's Markov-biased logits (slots 0-1 in
+full, max/logsumexp for all), the greedy draft chain and the confidences, as llama.cpp drafts them.
+
 Tokenizer vectors: ref-vocab.gguf (the tokenizer metadata alone) with .inp/.out files in
 llama.cpp's test-tokenizer-0 format (inputs separated by "\\n__ggml_vocab_test__\\n"; one line of
 ids per input, no BOS), produced by sentencepiece and checked against llama_spm.py.
@@ -83,6 +86,39 @@ def write_logits(path, model_path, ids):
     return diff
 
 
+def write_dspark(path, target_path, dspark_path, ids):
+    """Drafter outputs for context ids[:-1] and anchor ids[-1] (positions 0..n-1 and n), exactly as
+    llama.cpp's driver runs one block: per-slot Markov-biased logits, the greedy chain, confidences."""
+    import eval_drafters
+    import teacher as teacher_mod
+    target = teacher_mod.load_target(target_path)
+    ds = eval_drafters.load_dspark(dspark_path)
+    n = len(ids) - 1
+    with torch.no_grad():
+        _, tapped = target.hidden_states(torch.tensor([ids]), taps=tuple(ds.c.target_layer_ids))
+        taps = torch.cat([tapped[l] for l in ds.c.target_layer_ids], -1)
+        toks, confs, z = ds.draft(target.tok_embd.weight, taps[:, :n], ids[-1], n)
+    z = z.numpy().astype(np.float32)
+    lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+    w = gw.GGUFWriter()
+    w.add_str("general.type", "dspark-golden-drafter")
+    w.add_str("golden.model_file", os.path.relpath(target_path, REPO_ROOT))
+    w.add_str("golden.model_sha256", hashlib.sha256(Path(target_path).read_bytes()).hexdigest())
+    w.add_str("golden.drafter_file", os.path.relpath(dspark_path, REPO_ROOT))
+    w.add_str("golden.drafter_sha256", hashlib.sha256(Path(dspark_path).read_bytes()).hexdigest())
+    w.add_str("golden.computed_by", "PyTorch float32 on the GGUFs' weights (tools/train/export_golden.py)")
+    w.add_array("golden.tokens", gw.INT32, ids)          # context (positions 0..n-1), then the anchor
+    w.add_u32("golden.anchor_pos", n)
+    w.add_array("golden.draft_tokens", gw.INT32, toks)   # greedy Markov chain, slot k predicts pos n+k+1
+    w.add_array("golden.confidence", gw.FLOAT32, confs)  # sigmoid(conf_proj [h_k ; W1[prev_k]])
+    w.add_array("golden.max_logit", gw.FLOAT32, z.max(-1).tolist())
+    w.add_array("golden.logsumexp", gw.FLOAT32, lse.astype(np.float32).tolist())
+    w.add_array("golden.logit_slots", gw.INT32, [0, 1])
+    w.add_tensor("logits", z[:2], gw.GGML_F32)             # ne = [n_vocab, 2]: slots 0 and 1, biased
+    w.write(path)
+    return toks
+
+
 def write_tokenizer_vectors(sp, out_dir: Path):
     w = gw.GGUFWriter()
     w.add_str("general.architecture", "qwen3")
@@ -115,6 +151,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=str(TARGET_GGUF))
     ap.add_argument("--out-dir", default=str(GOLDEN_DIR))
+    ap.add_argument("--dspark", default=None, help="also write DSpark drafter outputs (e.g. models/ref-dspark.gguf)")
     a = ap.parse_args()
     torch.set_num_threads(2)
     out = Path(a.out_dir)
@@ -125,6 +162,12 @@ def main():
         p = out / f"target-logits-{name}.gguf"
         diff = write_logits(p, a.model, ids)
         print(f"{p}: {len(ids)} tokens, max |torch - numpy| {diff:.2e}, {p.stat().st_size} bytes")
+    if a.dspark:
+        seqs = sequences(sp, n_ctx)
+        for name, ids in (("short", seqs["short"]), ("medium", seqs["medium"][:min(160, n_ctx - 16)])):
+            p = out / f"dspark-draft-{name}.gguf"
+            toks = write_dspark(p, a.model, a.dspark, ids)
+            print(f"{p}: anchor at {len(ids) - 1}, drafts {toks}")
     n = write_tokenizer_vectors(sp, out)
     print(f"tokenizer vectors: {n} texts -> {out}/ref-vocab.gguf.inp/.out")
 
