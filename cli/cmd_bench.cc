@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_serve.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "model/model.h"
@@ -155,7 +156,9 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--prefill", f->n_prefill, "Prefill length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub->add_option("--decode", f->n_decode, "Decode length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub->add_flag("--json", f->json, "Print one JSON object");
-  return [f] {
+  auto serve = AddServeBenchFlags(sub);
+  return [f, serve] {
+    if (ServeBenchRequested(*serve)) return RunServeBench(*serve);
     if (!f->plain) return Fail(InvalidArgument("bench: choose a mode (--plain)"));
     return RunPlainBench(*f);
   };

@@ -19,6 +19,7 @@ Runner RegisterInfo(CLI::App& app);
 Runner RegisterQuantize(CLI::App& app);
 Runner RegisterSynth(CLI::App& app);
 Runner RegisterBench(CLI::App& app);
+Runner RegisterServe(CLI::App& app);
 
 // Prints "dspark: <message>" to stderr and returns the exit code for a failed status.
 int Fail(const Status& status);

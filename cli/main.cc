@@ -41,9 +41,14 @@ int main(int argc, char** argv) {
   add(&RegisterQuantize);
   add(&RegisterSynth);
   add(&RegisterBench);
+  add(&RegisterServe);
   // llama.cpp spells the draft model flag "-md"; CLI11 only allows one-letter short flags.
   std::vector<std::string> args;
-  for (int i = argc - 1; i >= 1; --i) args.emplace_back(std::string(argv[i]) == "-md" ? "--model-draft" : argv[i]);
+  // Likewise "-np" (llama-server's --parallel).
+  for (int i = argc - 1; i >= 1; --i) {
+    const std::string a = argv[i];
+    args.emplace_back(a == "-md" ? "--model-draft" : a == "-np" ? "--parallel" : a);
+  }
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {

@@ -13,6 +13,7 @@ PKGS=(
   libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-jinja2        # golden chat-template renders in tests
+  chromium              # headless playground test (tests/e2e/playground_test.cc)
 )
 
 missing=()

@@ -1,0 +1,136 @@
+// `dspark serve`: the OpenAI-compatible server (src/serve) over a BatchEngine with continuous
+// batching and batch-wide speculative verification. One log line per request on stderr.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "serve/http_server.h"
+#include "spec/batch_engine.h"
+#include "spec/drafters/factory.h"
+#include "util/log.h"
+
+namespace dspark::cli {
+
+namespace {
+struct ServeFlags {
+  std::string model;
+  std::string alias;
+  serve::ServerOptions server;
+  int parallel = 4;
+  int ctx_size = 0;
+  int threads = 0;
+  int prefill_chunk = 256;
+  std::string chat_template_file;
+  DrafterConfig drafter;
+  ScheduleOptions schedule;
+};
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }  // async-signal-safe; a watcher thread stops the server
+
+int RunServe(ServeFlags f) {
+  SetLogLevel(LogLevel::kInfo);
+  auto loaded = LoadModelAndTokenizer(f.model);
+  if (!loaded.ok()) return Fail(loaded.status());
+  Model& model = *loaded->model;
+  const Tokenizer& tok = *loaded->tokenizer;
+  ThreadPool pool(f.threads > 0 ? f.threads : ThreadPool::DefaultThreadCount());
+  const int n_ctx = f.ctx_size > 0 ? f.ctx_size : std::min(model.config().n_ctx_train, 4096);
+
+  f.drafter.n_seq = f.parallel;
+  f.drafter.max_draft = std::max(f.drafter.max_draft, f.schedule.n_max);
+  f.drafter.p_min = f.schedule.p_min;
+  if (f.drafter.type == "synthetic")
+    return Fail(InvalidArgument("serve: --spec-type synthetic needs the reference output of one prompt; use it with "
+                                "`dspark generate`"));
+  auto drafter = CreateDrafter(f.drafter, model, tok, pool, n_ctx);
+  if (!drafter.ok()) return Fail(drafter.status());
+  if (*drafter != nullptr && (*drafter)->Needs().confidence_head && f.schedule.p_min == 0)
+    f.schedule.mode = ScheduleMode::kCost;
+
+  BatchEngineOptions bo;
+  bo.n_parallel = f.parallel;
+  bo.n_ctx = n_ctx;
+  bo.prefill_chunk = f.prefill_chunk;
+  bo.schedule = f.schedule;
+  BatchEngine engine(model, tok, pool, bo, drafter->get());
+
+  if (!f.chat_template_file.empty()) {
+    std::ifstream in(f.chat_template_file);
+    if (!in) return Fail(NotFound("serve: cannot read --chat-template-file {}", f.chat_template_file));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    f.server.chat_template = ss.str();
+  } else {
+    auto tmpl = model.file().GetStringOr("tokenizer.chat_template", "");
+    if (!tmpl.ok()) return Fail(tmpl.status());
+    f.server.chat_template = *tmpl;
+  }
+  f.server.spec_type = f.drafter.type;
+  if (!f.alias.empty()) {
+    f.server.model_name = f.alias;
+  } else {
+    const size_t slash = f.model.find_last_of('/');
+    f.server.model_name = slash == std::string::npos ? f.model : f.model.substr(slash + 1);
+  }
+  auto server = serve::HttpServer::Create(engine, tok, f.server);
+  if (!server.ok()) return Fail(server.status());
+  auto port = (*server)->Bind();
+  if (!port.ok()) return Fail(port.status());
+  DSPARK_LOG_INFO("serve: {} on http://{}:{} | parallel {} | ctx {} | threads {} | spec {} | chat template {} | api key {}",
+                  f.server.model_name, f.server.host, *port, f.parallel, n_ctx, pool.num_threads(), f.drafter.type,
+                  f.server.chat_template.empty() ? "none" : "yes", f.server.api_key.empty() ? "off" : "on");
+  if (f.server.host != "127.0.0.1" && f.server.host != "localhost" && f.server.api_key.empty())
+    DSPARK_LOG_WARN("serve: listening on {} without --api-key: anyone who can reach it can use it", f.server.host);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::atomic<bool> served{false};
+  std::thread watcher([&] {
+    while (!g_stop.load() && !served.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    (*server)->Stop();
+  });
+  (*server)->Serve();
+  served.store(true);
+  watcher.join();
+  DSPARK_LOG_INFO("serve: stopped");
+  return 0;
+}
+}  // namespace
+
+Runner RegisterServe(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  f->model = DefaultModelPath();
+  f->schedule.adaptive = true;  // batch-wide draft admission: speculation backs off under load
+  CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching and speculation");
+  sub->add_option("-m,--model", f->model, "Target model GGUF")->capture_default_str();
+  sub->add_option("--alias", f->alias, "Model name reported by the API (default: the file name)");
+  sub->add_option("--host", f->server.host, "Address to bind")->capture_default_str();
+  sub->add_option("--port", f->server.port, "Port to bind")->capture_default_str()->check(CLI::Range(1, 65535));
+  sub->add_option("--parallel", f->parallel, "Sequences decoded together (slots)")->capture_default_str()->check(CLI::Range(1, 256));
+  sub->add_option("-c,--ctx-size", f->ctx_size, "Context per sequence (default: min(train context, 4096))");
+  sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
+  sub->add_option("--api-key", f->server.api_key, "Require \"Authorization: Bearer KEY\" on every /v1 endpoint");
+  sub->add_option("--max-queue", f->server.max_queue, "Requests waiting beyond --parallel before 429")->capture_default_str()->check(CLI::Range(0, 100000));
+  sub->add_option("--max-body", f->server.max_body_bytes, "Largest request body in bytes (413 above)")->capture_default_str();
+  sub->add_option("--default-max-tokens", f->server.default_max_tokens, "max_tokens when a request gives none")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--prefill-chunk", f->prefill_chunk, "Most prompt tokens per engine step")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  sub->add_option("--chat-template-file", f->chat_template_file, "Jinja chat template (default: the GGUF's tokenizer.chat_template)");
+  sub->add_option("--model-draft,--md", f->drafter.draft_model, "Draft model GGUF (draft-simple, draft-dspark, draft-dflash)");
+  sub->add_option("--spec-type", f->drafter.type, "none | draft-simple | draft-dspark | draft-dflash | ngram")->capture_default_str();
+  sub->add_option("--spec-draft-n-max", f->schedule.n_max, "Most tokens drafted per step")->capture_default_str()->check(CLI::Range(1, 64));
+  sub->add_option("--spec-draft-n-min", f->schedule.n_min, "Drop drafts shorter than this")->capture_default_str()->check(CLI::Range(0, 64));
+  sub->add_option("--spec-draft-p-min", f->schedule.p_min, "Stop drafting below this draft probability")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  sub->add_flag("--spec-adaptive,!--no-spec-adaptive", f->schedule.adaptive,
+                "Admit draft slots across the batch while expected tokens/ms rises (default on)");
+  sub->add_option("--spec-ngram-min", f->drafter.ngram.n_min, "Shortest n-gram to match")->capture_default_str();
+  sub->add_option("--spec-ngram-max", f->drafter.ngram.n_max, "Longest n-gram to match")->capture_default_str();
+  return [f] { return RunServe(*f); };
+}
+
+}  // namespace dspark::cli

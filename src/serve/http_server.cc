@@ -1,0 +1,407 @@
+#include "serve/http_server.h"
+
+#include <csignal>
+#include <ctime>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include <httplib.h>
+
+#include "serve/engine_loop.h"
+#include "serve/metrics.h"
+#include "serve/openai_schema.h"
+#include "serve/playground.h"
+#include "template/chat_template.h"
+#include "util/log.h"
+
+namespace dspark::serve {
+
+bool BearerMatches(const std::string& header, const std::string& key) {
+  const std::string expected = "Bearer " + key;
+  // Constant time in the header's content: every byte of the expected value is compared.
+  unsigned diff = header.size() == expected.size() ? 0u : 1u;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char h = i < header.size() ? static_cast<unsigned char>(header[i]) : 0;
+    diff |= h ^ static_cast<unsigned char>(expected[i]);
+  }
+  return diff == 0;
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+const char* SourceName(TokenSource s) { return s == TokenSource::kDraft ? "draft" : "target"; }
+
+std::string Dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+// What one finished /v1 generation reports to the log and the metrics.
+struct Outcome {
+  int http_status = 200;
+  std::string finish_reason;
+  const SpecStats* stats = nullptr;
+  std::string error;
+};
+}  // namespace
+
+struct HttpServer::Impl {
+  BatchEngine& engine;
+  const Tokenizer& tokenizer;
+  ServerOptions opt;
+  std::optional<ChatTemplate> chat_template;
+  std::string bos_text, eos_text;
+  Metrics metrics;
+  std::unique_ptr<EngineLoop> loop;
+  httplib::Server http;
+  std::thread serve_thread;
+  int port = -1;
+  std::string id_prefix;
+  std::atomic<uint64_t> next_response{1};
+  int64_t created = std::time(nullptr);
+
+  Impl(BatchEngine& e, const Tokenizer& t, ServerOptions o) : engine(e), tokenizer(t), opt(std::move(o)) {}
+
+  void Routes();
+  void HandleGenerate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  void SendError(httplib::Response& res, const ApiError& e) const {
+    res.status = e.http_status;
+    res.set_content(Dump(e.ToJson()), "application/json");
+  }
+  void Finished(const std::string& id, const std::string& path, Clock::time_point t0, const Outcome& o);
+  void Fail(httplib::Response& res, const std::string& path, Clock::time_point t0, const ApiError& e) {
+    SendError(res, e);
+    Outcome o;
+    o.http_status = e.http_status;
+    o.error = e.message;
+    Finished("-", path, t0, o);
+  }
+  std::string NextId(Endpoint endpoint) {
+    return fmt::format("{}-{}{}", endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl", id_prefix,
+                       next_response.fetch_add(1));
+  }
+};
+
+void HttpServer::Impl::Finished(const std::string& id, const std::string& path, Clock::time_point t0, const Outcome& o) {
+  const double secs = SecondsSince(t0);
+  metrics.ObserveRequest(o.http_status, o.finish_reason, secs);
+  if (!opt.log_requests) return;
+  if (o.stats == nullptr) {
+    DSPARK_LOG_INFO("serve: {} {} {} {:.3f}s error: {}", id, path, o.http_status, secs, o.error);
+    return;
+  }
+  const SpecStats& s = *o.stats;
+  DSPARK_LOG_INFO("serve: {} {} {} prompt={} gen={} {:.1f} tok/s tau={:.2f} finish={} {:.3f}s", id, path, o.http_status,
+                  s.prompt_tokens, s.generated_tokens, s.tokens_per_second(), s.tau(), o.finish_reason, secs);
+}
+
+void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  const Clock::time_point t0 = Clock::now();
+  ApiRequest r;
+  if (auto e = ParseRequest(req.body, endpoint, &r)) return Fail(res, req.path, t0, *e);
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  const std::string prompt_field = chat ? "messages" : "prompt";
+
+  std::vector<int32_t> ids;
+  if (chat) {
+    if (!chat_template)
+      return Fail(res, req.path, t0,
+                  BadRequest("messages", "no_chat_template",
+                             "this model has no chat template (GGUF key tokenizer.chat_template); use /v1/completions "
+                             "or start the server with --chat-template-file"));
+    Result<std::string> text = chat_template->Apply(r.messages, true, bos_text, eos_text, r.template_vars);
+    if (!text.ok()) return Fail(res, req.path, t0, BadRequest("messages", "template_error", text.status().message()));
+    EncodeOptions eo;
+    eo.add_eos = false;
+    eo.parse_special = true;  // the template writes the model's control tokens as text
+    eo.add_bos = bos_text.empty() || text->compare(0, bos_text.size(), bos_text) != 0;
+    ids = tokenizer.Encode(*text, eo);
+  } else if (r.prompt_ids) {
+    ids = std::move(*r.prompt_ids);
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] >= tokenizer.n_vocab())
+        return Fail(res, req.path, t0,
+                    BadRequest(fmt::format("prompt[{}]", i), "out_of_range",
+                               fmt::format("token id {} is outside the vocabulary [0, {})", ids[i], tokenizer.n_vocab())));
+  } else {
+    EncodeOptions eo;
+    eo.add_eos = false;
+    ids = tokenizer.Encode(r.prompt, eo);
+  }
+  const int n_ctx = engine.options().n_ctx;
+  if (Status s = CheckPromptFits(static_cast<int>(ids.size()), n_ctx); !s.ok())
+    return Fail(res, req.path, t0,
+                BadRequest(prompt_field, ids.empty() ? "invalid_value" : "context_length_exceeded", s.message()));
+
+  GenerateOptions go;
+  const int room = n_ctx - static_cast<int>(ids.size());
+  go.max_new_tokens = std::max(1, std::min(r.max_tokens.value_or(opt.default_max_tokens), room));
+  go.sampling = r.sampling;
+  go.stop = r.stop;
+  go.ignore_eos = r.ignore_eos;
+  go.speculate = r.speculate;
+  auto channel = std::make_shared<RequestChannel>();
+  channel->arrival = t0;
+  Result<int64_t> engine_id = loop->Submit(std::move(ids), std::move(go), channel);
+  if (!engine_id.ok()) {
+    ApiError e;
+    if (engine_id.status().code() == StatusCode::kResourceExhausted) {
+      e.http_status = 429;
+      e.type = "rate_limit_error";
+      e.code = "server_busy";
+    } else if (engine_id.status().code() == StatusCode::kUnavailable) {
+      e.http_status = 503;
+      e.type = "server_error";
+      e.code = "shutting_down";
+    } else {
+      e.param = prompt_field;
+      e.code = "invalid_value";
+    }
+    e.message = engine_id.status().message();
+    if (e.http_status == 429) res.set_header("Retry-After", "1");
+    return Fail(res, req.path, t0, e);
+  }
+
+  ResponseHeader h;
+  h.id = NextId(endpoint);
+  h.created = std::time(nullptr);
+  h.model = r.model.empty() ? opt.model_name : r.model;
+  h.endpoint = endpoint;
+
+  if (!r.stream) {
+    StreamEvent ev;
+    for (;;) {
+      if (!channel->Pop(&ev, std::chrono::milliseconds(1000))) continue;
+      if (ev.kind == StreamEvent::Kind::kDone) break;
+    }
+    const GenerateResult& result = ev.result;
+    Outcome o;
+    o.stats = &result.stats;
+    o.finish_reason = FinishReason(result.stop_reason);
+    if (result.stop_reason == "cancelled") {
+      ApiError e;
+      e.http_status = 503;
+      e.type = "server_error";
+      e.code = "cancelled";
+      e.message = "the generation was cancelled (server shutting down or engine failure; see the server log)";
+      SendError(res, e);
+      o.http_status = 503;
+    } else {
+      res.set_content(Dump(Response(h, result.text, o.finish_reason, result.stats)), "application/json");
+    }
+    return Finished(h.id, req.path, t0, o);
+  }
+
+  // Streaming: the content provider runs on this HTTP thread until the done event.
+  struct StreamState {
+    std::shared_ptr<RequestChannel> channel;
+    int64_t engine_id = -1;
+    ResponseHeader header;
+    std::string path;
+    Clock::time_point t0;
+    bool first = true;
+    bool finished = false;
+  };
+  auto st = std::make_shared<StreamState>();
+  st->channel = channel;
+  st->engine_id = *engine_id;
+  st->header = h;
+  st->path = req.path;
+  st->t0 = t0;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, st](size_t, httplib::DataSink& sink) -> bool {
+        StreamEvent ev;
+        if (!st->channel->Pop(&ev, std::chrono::milliseconds(250))) {
+          // An SSE comment while nothing comes (e.g. queued): the write fails once the client is
+          // gone, which cancels the request instead of letting it occupy a slot.
+          static constexpr char kPing[] = ": ping\n\n";
+          if (sink.write(kPing, sizeof(kPing) - 1)) return true;
+          loop->Cancel(st->engine_id);
+          return false;
+        }
+        if (ev.kind == StreamEvent::Kind::kToken) {
+          if (ev.text.empty()) return true;
+          const std::string data = SseEvent(TokenChunk(st->header, ev.text, SourceName(ev.source), st->first));
+          st->first = false;
+          if (sink.write(data.data(), data.size())) return true;
+          loop->Cancel(st->engine_id);
+          return false;
+        }
+        st->finished = true;
+        const GenerateResult& result = ev.result;
+        Outcome o;
+        o.stats = &result.stats;
+        o.finish_reason = FinishReason(result.stop_reason);
+        const std::string data = SseEvent(FinalChunk(st->header, o.finish_reason, result.stats)) + "data: [DONE]\n\n";
+        const bool ok = sink.write(data.data(), data.size());
+        sink.done();
+        if (!ok) o.http_status = 499;  // client closed the connection
+        Finished(st->header.id, st->path, st->t0, o);
+        return ok;
+      },
+      [this, st](bool) {
+        if (st->finished) return;
+        st->finished = true;
+        loop->Cancel(st->engine_id);
+        Outcome o;
+        o.http_status = 499;  // nginx's "client closed request"
+        o.finish_reason = "cancelled";
+        o.error = "client disconnected mid-stream; generation cancelled";
+        Finished(st->header.id, st->path, st->t0, o);
+      });
+}
+
+void HttpServer::Impl::Routes() {
+  http.set_payload_max_length(opt.max_body_bytes);
+  const int threads = opt.http_threads > 0 ? opt.http_threads : engine.options().n_parallel + opt.max_queue + 4;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http.set_keep_alive_timeout(2);
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opt.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (BearerMatches(req.get_header_value("Authorization"), opt.api_key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e;
+    e.http_status = 401;
+    e.type = "authentication_error";
+    e.code = "invalid_api_key";
+    e.message = "missing or wrong API key: send \"Authorization: Bearer <key>\" (the key given to --api-key)";
+    Fail(res, req.path, Clock::now(), e);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                       httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // already an error object
+    ApiError e;
+    e.http_status = res.status;
+    if (res.status == 413) {
+      e.code = "body_too_large";
+      e.message = fmt::format("request body exceeds the limit of {} bytes", opt.max_body_bytes);
+    } else if (res.status == 404) {
+      e.code = "not_found";
+      e.message = fmt::format("no route for {} {}", req.method, req.path);
+    } else {
+      e.message = fmt::format("HTTP {}", res.status);
+    }
+    if (req.path.rfind("/v1/", 0) == 0)
+      Fail(res, req.path, Clock::now(), e);
+    else
+      SendError(res, e);
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    } catch (...) {
+    }
+    ApiError e;
+    e.http_status = 500;
+    e.type = "server_error";
+    e.message = "internal error: " + what;
+    Fail(res, req.path, Clock::now(), e);
+  });
+
+  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleGenerate(req, res, Endpoint::kCompletions);
+  });
+  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleGenerate(req, res, Endpoint::kChatCompletions);
+  });
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    nlohmann::json model = {{"id", opt.model_name},
+                            {"object", "model"},
+                            {"created", created},
+                            {"owned_by", "dspark"},
+                            {"dspark",
+                             {{"spec_type", opt.spec_type},
+                              {"n_ctx", engine.options().n_ctx},
+                              {"parallel", engine.options().n_parallel},
+                              {"chat_template", chat_template.has_value()}}}};
+    res.set_content(Dump({{"object", "list"}, {"data", nlohmann::json::array({model})}}), "application/json");
+  });
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(Dump({{"status", "ok"},
+                          {"slots_total", engine.options().n_parallel},
+                          {"slots_busy", loop->num_running()},
+                          {"queued", loop->num_queued()},
+                          {"spec_type", opt.spec_type}}),
+                    "application/json");
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    EngineGauges g;
+    g.num_running = loop->num_running();
+    g.num_queued = loop->num_queued();
+    g.n_parallel = engine.options().n_parallel;
+    res.set_content(metrics.Render(loop->cumulative_stats(), g), "text/plain; version=0.0.4");
+  });
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Content-Security-Policy",
+                   "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'");
+    const std::string_view html = PlaygroundHtml();
+    res.set_content(html.data(), html.size(), "text/html; charset=utf-8");
+  });
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+Result<std::unique_ptr<HttpServer>> HttpServer::Create(BatchEngine& engine, const Tokenizer& tokenizer,
+                                                       ServerOptions options) {
+  auto impl = std::make_unique<Impl>(engine, tokenizer, std::move(options));
+  if (!impl->opt.chat_template.empty()) {
+    Result<ChatTemplate> t = ChatTemplate::Parse(impl->opt.chat_template);
+    if (!t.ok()) return t.status().WithContext("serve: chat template: ");
+    impl->chat_template = std::move(*t);
+  }
+  if (tokenizer.bos_id() >= 0) impl->bos_text = tokenizer.TokenText(tokenizer.bos_id());
+  if (tokenizer.eos_id() >= 0) impl->eos_text = tokenizer.TokenText(tokenizer.eos_id());
+  std::random_device rd;
+  impl->id_prefix = fmt::format("{:08x}-", rd());
+  const int max_in_flight = engine.options().n_parallel + std::max(0, impl->opt.max_queue);
+  impl->loop = std::make_unique<EngineLoop>(engine, max_in_flight, &impl->metrics);
+  impl->Routes();
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+Result<int> HttpServer::Bind() {
+  // A client that disconnects mid-stream must fail a write, not kill the process.
+  std::signal(SIGPIPE, SIG_IGN);
+  Impl& m = *impl_;
+  if (m.opt.port == 0) {
+    m.port = m.http.bind_to_any_port(m.opt.host);
+  } else {
+    m.port = m.http.bind_to_port(m.opt.host, m.opt.port) ? m.opt.port : -1;
+  }
+  if (m.port <= 0)
+    return Status(StatusCode::kUnavailable,
+                  fmt::format("serve: cannot bind {}:{} (address in use or not local?)", m.opt.host, m.opt.port));
+  m.loop->Start();
+  return m.port;
+}
+
+void HttpServer::Serve() { impl_->http.listen_after_bind(); }
+
+Result<int> HttpServer::Start() {
+  DSPARK_ASSIGN_OR_RETURN(int port, Bind());
+  impl_->serve_thread = std::thread([this] { Serve(); });
+  return port;
+}
+
+void HttpServer::Stop() {
+  if (!impl_) return;
+  impl_->http.stop();
+  impl_->loop->Stop();
+  if (impl_->serve_thread.joinable()) impl_->serve_thread.join();
+}
+
+int HttpServer::port() const { return impl_->port; }
+
+}  // namespace dspark::serve

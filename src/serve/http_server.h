@@ -1,0 +1,59 @@
+// The OpenAI-compatible HTTP server: routes, authentication, body limits, request logging and
+// SSE streaming over an EngineLoop. Owns the engine thread; does not own the model, tokenizer or
+// BatchEngine. Serves nothing from disk (the playground is compiled in).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "spec/batch_engine.h"
+#include "tokenizer/tokenizer.h"
+#include "util/status.h"
+
+namespace dspark::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;               // 0: any free port (tests)
+  std::string api_key;           // non-empty: every /v1 endpoint needs "Authorization: Bearer <key>"
+  std::string model_name = "dspark";  // reported by /v1/models and in responses
+  std::string spec_type = "none";     // reported by /health and /v1/models
+  size_t max_body_bytes = 1 << 20;    // larger bodies get 413
+  int max_queue = 64;            // requests waiting for a slot beyond --parallel; more get 429
+  int http_threads = 0;          // 0: parallel + max_queue + 4
+  int default_max_tokens = 512;  // when the request gives no max_tokens (capped by the context)
+  bool log_requests = true;      // one line per request on the logger (info)
+  // Jinja chat template for /v1/chat/completions; empty: chat requests get a 400 naming the
+  // missing template. Parsed once in Create(): a template that does not parse fails start-up.
+  std::string chat_template;
+};
+
+class HttpServer {
+ public:
+  static Result<std::unique_ptr<HttpServer>> Create(BatchEngine& engine, const Tokenizer& tokenizer,
+                                                    ServerOptions options);
+  ~HttpServer();  // Stop()
+
+  // Binds host:port and starts the engine thread; returns the bound port.
+  Result<int> Bind();
+  // Serves until Stop() (blocking). Call after Bind().
+  void Serve();
+  // Bind() and Serve() on a background thread (tests and `dspark bench` starting its own server).
+  Result<int> Start();
+  // Thread-safe; unblocks Serve() and stops the engine thread.
+  void Stop();
+
+  int port() const;
+
+  struct Impl;
+
+ private:
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Constant-time comparison of an Authorization header with "Bearer <key>".
+bool BearerMatches(const std::string& header, const std::string& key);
+
+}  // namespace dspark::serve

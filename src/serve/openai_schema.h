@@ -1,0 +1,88 @@
+// OpenAI request parsing and validation, and response / stream-chunk / error serialisation for
+// /v1/completions and /v1/chat/completions. Pure functions on JSON: knows no HTTP and no engine.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sampling/sampling.h"
+#include "spec/stats.h"
+#include "template/chat_template.h"
+
+namespace dspark::serve {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+// An OpenAI-style error: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // the offending field ("temperature", "messages[1].role"); empty = null
+  std::string code;   // machine-readable reason ("invalid_type", "out_of_range"); empty = null
+
+  nlohmann::json ToJson() const;
+};
+
+ApiError BadRequest(std::string param, std::string code, std::string message);
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  // /v1/completions: the prompt as text, or as token ids when the client sent integers.
+  std::string prompt;
+  std::optional<std::vector<int32_t>> prompt_ids;
+  // /v1/chat/completions.
+  std::vector<ChatMessage> messages;
+  nlohmann::ordered_json template_vars = nlohmann::ordered_json::object();  // tools, chat_template_kwargs
+  std::optional<int> max_tokens;  // absent: as many as the context allows (capped by the server)
+  SamplingParams sampling;        // OpenAI's default temperature is 1
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = true;  // usage in the last stream chunk (always sent; OpenAI needs stream_options)
+  // Extensions under "dspark": {"speculate": bool, "ignore_eos": bool} (benchmarks, A/B runs).
+  bool speculate = true;
+  bool ignore_eos = false;
+};
+
+// Parses and validates a request body. Every failure names the field: malformed JSON, wrong
+// types, temperature < 0, top_p outside (0, 1], min_p outside [0, 1), top_k < 0, n != 1,
+// max_tokens < 1, more than 4 stop strings, unknown roles, empty prompt or messages.
+std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint, ApiRequest* out);
+
+// OpenAI's finish_reason for an engine stop reason ("eos"/"stop" -> "stop", "length"/"context"
+// -> "length", others passed through).
+std::string FinishReason(const std::string& stop_reason);
+
+// The per-response speculative statistics extension object.
+nlohmann::json SpecJson(const SpecStats& stats);
+
+struct ResponseHeader {
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+  Endpoint endpoint = Endpoint::kCompletions;
+};
+
+nlohmann::json Usage(int64_t prompt_tokens, int64_t completion_tokens);
+
+// A complete (non-streamed) response.
+nlohmann::json Response(const ResponseHeader& h, const std::string& text, const std::string& finish_reason,
+                        const SpecStats& stats);
+
+// One streamed chunk carrying `text`; `source` is "draft" or "target" (the dspark_source
+// extension the playground colours by). The first chat chunk also carries the assistant role.
+nlohmann::json TokenChunk(const ResponseHeader& h, const std::string& text, const char* source, bool first);
+
+// The last chunk: empty delta, finish_reason, usage and the dspark statistics.
+nlohmann::json FinalChunk(const ResponseHeader& h, const std::string& finish_reason, const SpecStats& stats);
+
+// "data: <json>\n\n".
+std::string SseEvent(const nlohmann::json& j);
+
+}  // namespace dspark::serve

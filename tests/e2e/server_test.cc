@@ -1,0 +1,374 @@
+// The OpenAI-compatible server end to end: a real httplib client (and raw sockets for
+// disconnects) against servers started on free loopback ports over tiny random-weight models.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e/server_fixture.h"
+#include "template/chat_template.h"
+
+namespace dspark::serve {
+namespace {
+
+using json = nlohmann::json;
+
+class Server : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // The main server: API key, a real chat template, a draft-model drafter (a Q8 copy of the
+    // target, so drafts are mostly accepted), 4 slots.
+    TestServerConfig main;
+    main.api_key = kKey;
+    main.chat_template = ReadFile(std::string(DSPARK_SOURCE_DIR) + "/tests/data/templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+    main.draft = DraftKind::kQ8Copy;
+    main.parallel = 4;
+    main.max_queue = 32;
+    main.max_body_bytes = 64 << 10;
+    main_ = StartTestServer(main).release();
+    // A plain server: no key, no chat template, one slot, one queue place, and a drafter that
+    // sleeps 5 ms per step and proposes nothing, so generations are slow enough to observe.
+    TestServerConfig slow;
+    slow.draft = DraftKind::kSlowEmpty;
+    slow.parallel = 1;
+    slow.max_queue = 1;
+    slow_ = StartTestServer(slow).release();
+  }
+  static void TearDownTestSuite() {
+    delete main_;
+    delete slow_;
+  }
+
+  static constexpr const char* kKey = "sk-test-123";
+  static TestServer* main_;
+  static TestServer* slow_;
+
+  static httplib::Headers Auth() { return {{"Authorization", std::string("Bearer ") + kKey}}; }
+
+  static httplib::Result Post(TestServer* s, const std::string& path, const std::string& body,
+                              const httplib::Headers& headers = Auth()) {
+    httplib::Client c("127.0.0.1", s->port);
+    c.set_read_timeout(60, 0);
+    return c.Post(path.c_str(), headers, body, "application/json");
+  }
+  static httplib::Result Get(TestServer* s, const std::string& path, const httplib::Headers& headers = Auth()) {
+    httplib::Client c("127.0.0.1", s->port);
+    c.set_read_timeout(60, 0);
+    return c.Get(path.c_str(), headers);
+  }
+};
+
+TestServer* Server::main_ = nullptr;
+TestServer* Server::slow_ = nullptr;
+
+json Completion(const std::string& prompt, int max_tokens, bool stream = false) {
+  return {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+          {"stream", stream}, {"dspark", {{"ignore_eos", true}}}};
+}
+
+TEST_F(Server, CompletionReturnsTextUsageAndSpecStats) {
+  auto r = Post(main_, "/v1/completions", Completion("hello world", 12).dump());
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(j["choices"][0]["text"].is_string());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 0);
+  EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"].get<int>() + 12);
+  const json& d = j["dspark"];
+  for (const char* key : {"drafted", "accepted", "tau", "acceptance_per_position", "draft_ms", "verify_ms"})
+    EXPECT_TRUE(d.contains(key)) << key;
+  EXPECT_GT(d["drafted"].get<int>(), 0);
+  EXPECT_GE(d["tau"].get<double>(), 1.0);
+}
+
+TEST_F(Server, StreamingMatchesNonStreamingAndColoursTokens) {
+  auto plain = Post(main_, "/v1/completions", Completion("stream me", 24).dump());
+  ASSERT_TRUE(plain && plain->status == 200);
+  auto r = Post(main_, "/v1/completions", Completion("stream me", 24, true).dump());
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  const SseStream s = ParseSse(r->body);
+  ASSERT_TRUE(s.done) << r->body;
+  ASSERT_FALSE(s.chunks.empty());
+  std::string text;
+  int draft = 0, target = 0;
+  for (size_t i = 0; i + 1 < s.chunks.size(); ++i) {
+    const json& c = s.chunks[i];
+    EXPECT_EQ(c["object"], "text_completion");
+    EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+    text += c["choices"][0]["text"].get<std::string>();
+    (c["dspark_source"] == "draft" ? draft : target)++;
+  }
+  const json& last = s.chunks.back();
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(last["usage"]["completion_tokens"], 24);
+  EXPECT_TRUE(last.contains("dspark"));
+  EXPECT_EQ(text, json::parse(plain->body)["choices"][0]["text"].get<std::string>());
+  EXPECT_GT(draft, 0) << "no accepted draft token was streamed";
+  EXPECT_GT(target, 0);
+}
+
+TEST_F(Server, ChatCompletionRendersTheTemplate) {
+  const json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                     {"max_tokens", 8}, {"temperature", 0}, {"dspark", {{"ignore_eos", true}}}};
+  auto r = Post(main_, "/v1/chat/completions", body.dump());
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "");
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string());
+  // The prompt is the template's rendering of the conversation.
+  auto t = ChatTemplate::Parse(main_->config.chat_template);
+  ASSERT_TRUE(t.ok());
+  auto rendered = t->Apply({{"user", "hi"}}, true, "", "");
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_NE(rendered->find("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), std::string::npos);
+  EncodeOptions eo;
+  eo.add_eos = false;
+  eo.parse_special = true;
+  EXPECT_EQ(j["usage"]["prompt_tokens"].get<size_t>(), main_->tokenizer->Encode(*rendered, eo).size());
+
+  // Streaming chat: role in the first delta, [DONE] at the end.
+  json sb = body;
+  sb["stream"] = true;
+  auto rs = Post(main_, "/v1/chat/completions", sb.dump());
+  ASSERT_TRUE(rs && rs->status == 200);
+  const SseStream s = ParseSse(rs->body);
+  ASSERT_TRUE(s.done);
+  ASSERT_GE(s.chunks.size(), 1u);
+  EXPECT_EQ(s.chunks.back()["object"], "chat.completion.chunk");
+  EXPECT_EQ(s.chunks.back()["choices"][0]["finish_reason"], "length");
+  std::string text;
+  for (const json& c : s.chunks)
+    if (c["choices"][0]["delta"].contains("content")) text += c["choices"][0]["delta"]["content"].get<std::string>();
+  EXPECT_EQ(text, j["choices"][0]["message"]["content"].get<std::string>());
+  if (s.chunks.size() > 1) {
+    EXPECT_EQ(s.chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  }
+}
+
+TEST_F(Server, ChatWithoutTemplateIsAClientError) {
+  const json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 4}};
+  auto r = Post(slow_, "/v1/chat/completions", body.dump(), {});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  const json e = json::parse(r->body)["error"];
+  EXPECT_EQ(e["code"], "no_chat_template");
+  EXPECT_NE(e["message"].get<std::string>().find("chat template"), std::string::npos);
+}
+
+struct BadCase {
+  const char* path;
+  std::string body;
+  int status;
+  const char* param;  // "" = null
+};
+
+TEST_F(Server, InvalidRequestsGetOpenAiErrorsNamingTheField) {
+  const std::string c = "/v1/completions", chat = "/v1/chat/completions";
+  std::string long_prompt;
+  for (int i = 0; i < 600; ++i) long_prompt += "word ";
+  const std::vector<BadCase> cases = {
+      {c.c_str(), "{not json", 400, ""},
+      {c.c_str(), "[1, 2]", 400, "body"},
+      {c.c_str(), R"({"max_tokens": 4})", 400, "prompt"},
+      {c.c_str(), R"({"prompt": 5})", 400, "prompt"},
+      {c.c_str(), R"({"prompt": ["a", "b"]})", 400, "prompt"},
+      {c.c_str(), R"({"prompt": "x", "temperature": "hot"})", 400, "temperature"},
+      {c.c_str(), R"({"prompt": "x", "temperature": -0.5})", 400, "temperature"},
+      {c.c_str(), R"({"prompt": "x", "top_p": 0})", 400, "top_p"},
+      {c.c_str(), R"({"prompt": "x", "top_p": 1.5})", 400, "top_p"},
+      {c.c_str(), R"({"prompt": "x", "top_k": -1})", 400, "top_k"},
+      {c.c_str(), R"({"prompt": "x", "min_p": 1})", 400, "min_p"},
+      {c.c_str(), R"({"prompt": "x", "n": 2})", 400, "n"},
+      {c.c_str(), R"({"prompt": "x", "max_tokens": 0})", 400, "max_tokens"},
+      {c.c_str(), R"({"prompt": "x", "max_tokens": "5"})", 400, "max_tokens"},
+      {c.c_str(), R"({"prompt": "x", "max_tokens": 2.5})", 400, "max_tokens"},
+      {c.c_str(), R"({"prompt": "x", "stream": "yes"})", 400, "stream"},
+      {c.c_str(), R"({"prompt": "x", "stop": 5})", 400, "stop"},
+      {c.c_str(), R"({"prompt": "x", "stop": ["a", 1]})", 400, "stop[1]"},
+      {c.c_str(), R"({"prompt": "x", "seed": "abc"})", 400, "seed"},
+      {c.c_str(), R"({"prompt": [1, 2, 999999]})", 400, "prompt[2]"},
+      {c.c_str(), json{{"prompt", long_prompt}}.dump(), 400, "prompt"},
+      {chat.c_str(), R"({"messages": "hi"})", 400, "messages"},
+      {chat.c_str(), R"({"messages": []})", 400, "messages"},
+      {chat.c_str(), R"({"messages": [{"role": "wizard", "content": "hi"}]})", 400, "messages[0].role"},
+      {chat.c_str(), R"({"messages": [{"role": "user", "content": 5}]})", 400, "messages[0].content"},
+      {chat.c_str(), R"({"messages": [{"role": "user", "content": "hi"}], "n": 3})", 400, "n"},
+  };
+  for (const BadCase& bc : cases) {
+    auto r = Post(main_, bc.path, bc.body);
+    ASSERT_TRUE(r) << bc.body;
+    EXPECT_EQ(r->status, bc.status) << bc.body << " -> " << r->body;
+    json j;
+    ASSERT_NO_THROW(j = json::parse(r->body)) << r->body;
+    ASSERT_TRUE(j.contains("error")) << r->body;
+    const json& e = j["error"];
+    EXPECT_FALSE(e["message"].get<std::string>().empty());
+    EXPECT_EQ(e["type"], "invalid_request_error") << bc.body;
+    if (std::string(bc.param).empty()) {
+      EXPECT_TRUE(e["param"].is_null()) << bc.body;
+    } else {
+      EXPECT_EQ(e["param"], bc.param) << bc.body << " -> " << r->body;
+    }
+    EXPECT_TRUE(e.contains("code"));
+  }
+  // The prompt-too-long error says so.
+  auto r = Post(main_, c, json{{"prompt", long_prompt}}.dump());
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "context_length_exceeded");
+}
+
+TEST_F(Server, OversizedBodyIs413) {
+  std::string big = json{{"prompt", std::string(100 << 10, 'a')}}.dump();
+  auto r = Post(main_, "/v1/completions", big);
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 413);
+  const json e = json::parse(r->body)["error"];
+  EXPECT_EQ(e["code"], "body_too_large");
+}
+
+TEST_F(Server, ApiKeyProtectsV1ButNotHealthOrPlayground) {
+  for (const httplib::Headers& h : {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}},
+                                    httplib::Headers{{"Authorization", std::string(kKey)}}}) {
+    auto r = Post(main_, "/v1/completions", Completion("x", 2).dump(), h);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401);
+    EXPECT_EQ(json::parse(r->body)["error"]["type"], "authentication_error");
+    auto m = Get(main_, "/v1/models", h);
+    EXPECT_EQ(m->status, 401);
+  }
+  auto m = Get(main_, "/v1/models");
+  ASSERT_EQ(m->status, 200);
+  const json j = json::parse(m->body);
+  EXPECT_EQ(j["object"], "list");
+  EXPECT_EQ(j["data"][0]["id"], "tiny");
+  EXPECT_EQ(Get(main_, "/health", {})->status, 200);
+  auto page = Get(main_, "/", {});
+  ASSERT_EQ(page->status, 200);
+  EXPECT_NE(page->body.find("dspark playground"), std::string::npos);
+  EXPECT_EQ(page->body.find("src=\"http"), std::string::npos);  // no external assets
+  EXPECT_EQ(Get(main_, "/etc/passwd", {})->status, 404);
+  EXPECT_TRUE(BearerMatches("Bearer abc", "abc"));
+  EXPECT_FALSE(BearerMatches("Bearer abd", "abc"));
+  EXPECT_FALSE(BearerMatches("Bearer abcd", "abc"));
+  EXPECT_FALSE(BearerMatches("", "abc"));
+}
+
+TEST_F(Server, SixteenParallelGreedyRequestsEqualTheirSequentialOutputs) {
+  std::vector<json> bodies;
+  for (int i = 0; i < 16; ++i) {
+    json b = Completion("prompt " + std::to_string(i * 7919) + " abc", 10 + i % 7, i % 2 == 1);
+    bodies.push_back(b);
+  }
+  auto text_of = [](const httplib::Result& r, bool stream) {
+    if (!r || r->status != 200) return std::string("<error>");
+    if (!stream) return json::parse(r->body)["choices"][0]["text"].get<std::string>();
+    std::string t;
+    for (const json& c : ParseSse(r->body).chunks) t += c["choices"][0]["text"].get<std::string>();
+    return t;
+  };
+  std::vector<std::string> sequential(16), parallel(16);
+  for (int i = 0; i < 16; ++i) sequential[i] = text_of(Post(main_, "/v1/completions", bodies[i].dump()), i % 2 == 1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i)
+    threads.emplace_back([&, i] { parallel[i] = text_of(Post(main_, "/v1/completions", bodies[i].dump()), i % 2 == 1); });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_NE(sequential[i], "<error>") << i;
+    EXPECT_EQ(parallel[i], sequential[i]) << "request " << i;
+  }
+}
+
+TEST_F(Server, DisconnectMidStreamCancelsAndFreesTheSlot) {
+  const double before =
+      std::max(0.0, MetricValue(Get(slow_, "/metrics", {})->body, "dspark:request_finished_total{finished_reason=\"cancelled\"}"));
+  {
+    RawStream s(slow_->port, "/v1/completions", Completion("cancel me", 400, true).dump(), "");
+    ASSERT_TRUE(s.ReadUntil("data: ")) << s.received;
+  }  // closes the socket
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string m = Get(slow_, "/metrics", {})->body;
+    return MetricValue(m, "dspark:request_finished_total{finished_reason=\"cancelled\"}") == before + 1 &&
+           MetricValue(m, "dspark:slots_busy") == 0;
+  })) << Get(slow_, "/metrics", {})->body;
+  // The slot serves the next request.
+  auto r = Post(slow_, "/v1/completions", Completion("next", 3).dump(), {});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  // Far fewer than the 400 requested tokens were generated by the cancelled request.
+  EXPECT_LT(MetricValue(Get(slow_, "/metrics", {})->body, "dspark:generation_tokens_total"), 300);
+}
+
+TEST_F(Server, FullQueueAnswers429) {
+  // One slot + one queue place: two streams in flight fill the server.
+  RawStream a(slow_->port, "/v1/completions", Completion("first", 400, true).dump(), "");
+  ASSERT_TRUE(a.ReadUntil("\r\n\r\n"));
+  RawStream b(slow_->port, "/v1/completions", Completion("second", 400, true).dump(), "");
+  ASSERT_TRUE(b.ReadUntil("\r\n\r\n"));
+  auto r = Post(slow_, "/v1/completions", Completion("third", 2).dump(), {});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429) << r->body;
+  const json e = json::parse(r->body)["error"];
+  EXPECT_EQ(e["type"], "rate_limit_error");
+  EXPECT_EQ(e["code"], "server_busy");
+  a.Close();
+  b.Close();
+  ASSERT_TRUE(WaitFor([&] { return MetricValue(Get(slow_, "/metrics", {})->body, "dspark:slots_busy") == 0; }));
+  auto ok = Post(slow_, "/v1/completions", Completion("after", 2).dump(), {});
+  EXPECT_EQ(ok->status, 200);
+}
+
+TEST_F(Server, FailingDrafterDegradesToPlainDecoding) {
+  // The main server's drafter fails on prompts that start with "FAIL" (see server_fixture.cc).
+  auto ok = Post(main_, "/v1/completions", Completion("FAIL please", 10).dump());
+  ASSERT_TRUE(ok);
+  ASSERT_EQ(ok->status, 200) << ok->body;
+  const json j = json::parse(ok->body);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 10);
+  EXPECT_GE(j["dspark"]["fallbacks"].get<int>(), 1);
+}
+
+TEST_F(Server, MetricsExposeRequestsLatencyAndSpecCounters) {
+  ASSERT_EQ(Post(main_, "/v1/completions", Completion("metrics", 6).dump())->status, 200);
+  auto r = Get(main_, "/metrics", {});
+  ASSERT_EQ(r->status, 200);
+  const std::string& m = r->body;
+  for (const char* name :
+       {"dspark:requests_total{status=\"200\"}", "dspark:prompt_tokens_total", "dspark:generation_tokens_total",
+        "dspark:time_to_first_token_seconds_bucket", "dspark:inter_token_latency_seconds_bucket",
+        "dspark:num_requests_waiting", "dspark:slots_busy", "dspark:spec_decode_num_drafts_total",
+        "dspark:spec_decode_num_draft_tokens_total", "dspark:spec_decode_num_accepted_tokens_total",
+        "dspark:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"}"})
+    EXPECT_NE(m.find(name), std::string::npos) << name;
+  EXPECT_GT(MetricValue(m, "dspark:spec_decode_num_drafts_total"), 0);
+  EXPECT_GT(MetricValue(m, "dspark:spec_decode_num_accepted_tokens_total"), 0);
+  EXPECT_GT(MetricValue(m, "dspark:time_to_first_token_seconds_count"), 0);
+  EXPECT_GT(MetricValue(m, "dspark:requests_total{status=\"400\"}") + MetricValue(m, "dspark:requests_total{status=\"200\"}"), 0);
+  // Accepted <= drafted, and the per-position counts sum to the accepted total.
+  EXPECT_LE(MetricValue(m, "dspark:spec_decode_num_accepted_tokens_total"),
+            MetricValue(m, "dspark:spec_decode_num_draft_tokens_total"));
+  double per_pos = 0;
+  for (int i = 0; i < 64; ++i)
+    per_pos += std::max(0.0, MetricValue(m, "dspark:spec_decode_num_accepted_tokens_per_pos_total{position=\"" +
+                                                std::to_string(i) + "\"}"));
+  EXPECT_EQ(per_pos, MetricValue(m, "dspark:spec_decode_num_accepted_tokens_total"));
+}
+
+}  // namespace
+}  // namespace dspark::serve
