@@ -4,6 +4,7 @@
 // pin individual interpreter behaviours the same way.
 #include "template/chat_template.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -184,6 +185,60 @@ TEST(ChatTemplate, RenderAcceptsUnorderedJson) {
   auto r = tmpl->Render(ctx);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(*r, "<s>user:hi;");
+}
+
+// Mutated real templates (deleted, duplicated or swapped bytes and tag characters) must parse
+// or fail cleanly, and render or fail cleanly: never crash, hang or throw. Seeded; the seed is
+// printed on failure via SCOPED_TRACE.
+TEST(ChatTemplate, MutatedTemplatesFailCleanly) {
+  const char* kFiles[] = {"Qwen3-Coder", "meta-llama-Llama-3.1-8B-Instruct", "mistralai-Mistral-Nemo-Instruct-2407",
+                          "deepseek-ai-DeepSeek-V3.1", "HuggingFaceTB-SmolLM3-3B", "google-gemma-2-2b-it"};
+  ordered_json ctx = ordered_json::parse(R"({
+    "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                 {"role": "assistant", "content": "a", "tool_calls": [{"id": "abcdefghi", "type": "function",
+                   "function": {"name": "f", "arguments": {"x": 1}}}]},
+                 {"role": "tool", "content": "r", "tool_call_id": "abcdefghi"}, {"role": "user", "content": "v"}],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}],
+    "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})");
+  const char kAlphabet[] = "{}%#-+()[]|.,:'\" \n~=<>!*/ abcifelsndortx0123";
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  // DSPARK_TEMPLATE_MUTATION_ROUNDS raises the count for a longer local (e.g. ASan) run.
+  const char* rounds_env = std::getenv("DSPARK_TEMPLATE_MUTATION_ROUNDS");
+  const int rounds = rounds_env != nullptr ? std::atoi(rounds_env) : 60;
+  int parsed = 0, rendered = 0, total = 0;
+  for (const char* name : kFiles) {
+    const std::string source = ReadFile(kDataDir + std::string(name) + ".jinja");
+    for (int round = 0; round < rounds; ++round) {
+      SCOPED_TRACE(std::string(name) + " round " + std::to_string(round) + " state " + std::to_string(state));
+      std::string s = source;
+      int edits = 1 + static_cast<int>(next() % 4);
+      for (int e = 0; e < edits && !s.empty(); ++e) {
+        size_t pos = next() % s.size();
+        switch (next() % 4) {
+          case 0: s.erase(pos, 1 + next() % 8); break;
+          case 1: s.insert(pos, 1, kAlphabet[next() % (sizeof(kAlphabet) - 1)]); break;
+          case 2: s.insert(pos, s.substr(next() % s.size(), next() % 40)); break;
+          default: std::swap(s[pos], s[next() % s.size()]);
+        }
+      }
+      ++total;
+      auto t = ChatTemplate::Parse(s);
+      if (!t.ok()) {
+        EXPECT_EQ(t.status().message().rfind("chat template: template:", 0), 0u) << t.status().message();
+        continue;
+      }
+      ++parsed;
+      auto r = t->Render(ctx);
+      if (r.ok()) ++rendered;
+    }
+  }
+  std::printf("mutations: %d total, %d parsed, %d rendered\n", total, parsed, rendered);
 }
 
 TEST(ChatTemplate, RenderRejectsNonObjectContext) {
