@@ -57,6 +57,52 @@ Result<Value> SplitMethod(const Value& self, const CallArgs& args, bool from_rig
   return Value::MakeList(std::move(out));
 }
 
+// str.format with "{}", "{0}", "{name}", "{{", "}}" and the !s / !r conversions; format specs
+// after ':' are not supported.
+Result<Value> StrFormat(const std::string& fmt, const CallArgs& args) {
+  std::string out;
+  size_t auto_index = 0;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    char c = fmt[i];
+    if ((c == '{' || c == '}') && i + 1 < fmt.size() && fmt[i + 1] == c) {
+      out.push_back(c);
+      ++i;
+      continue;
+    }
+    if (c == '}') return InvalidArgument("Single '}}' encountered in format string");
+    if (c != '{') {
+      out.push_back(c);
+      continue;
+    }
+    size_t close = fmt.find('}', i);
+    if (close == std::string::npos) return InvalidArgument("Single '{{' encountered in format string");
+    std::string field = fmt.substr(i + 1, close - i - 1);
+    i = close;
+    char conversion = 's';
+    if (size_t bang = field.find('!'); bang != std::string::npos) {
+      if (bang + 1 < field.size()) conversion = field[bang + 1];
+      field.resize(bang);
+    }
+    if (field.find(':') != std::string::npos || field.find('.') != std::string::npos ||
+        field.find('[') != std::string::npos) {
+      return Unimplemented("str.format: format specs and field access are not supported ('{{{}}}')", field);
+    }
+    const Value* v = nullptr;
+    if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
+      size_t index = field.empty() ? auto_index++ : static_cast<size_t>(std::strtoul(field.c_str(), nullptr, 10));
+      if (index >= args.args.size()) return InvalidArgument("Replacement index {} out of range", index);
+      v = &args.args[index];
+    } else {
+      for (const auto& [k, x] : args.kwargs) {
+        if (k == field) v = &x;
+      }
+      if (v == nullptr) return InvalidArgument("KeyError: '{}'", field);
+    }
+    out += conversion == 'r' || conversion == 'a' ? Repr(*v) : ToStr(*v);
+  }
+  return Value(std::move(out));
+}
+
 Result<Value> StrMethod(std::string_view name, const Value& self, const CallArgs& args) {
   const std::string& s = self.str();
   if (name == "strip") return StripMethod(self, args, true, true);
@@ -111,6 +157,7 @@ Result<Value> StrMethod(std::string_view name, const Value& self, const CallArgs
     if (start < s.size()) out.emplace_back(s.substr(start));
     return Value::MakeList(std::move(out));
   }
+  if (name == "format") return StrFormat(s, args);
   if (name == "isdigit" || name == "isalpha" || name == "isspace" || name == "isalnum" || name == "isupper" ||
       name == "islower") {
     return Value(PyCharClass(name, s));
@@ -158,7 +205,7 @@ Result<Value> ListMethod(std::string_view name, const Value& self, const CallArg
 constexpr std::string_view kStrMethods[] = {
     "strip", "lstrip", "rstrip", "startswith", "endswith", "split", "rsplit", "upper", "lower",
     "title", "capitalize", "replace", "find", "rfind", "count", "index", "rindex", "join",
-    "splitlines", "isdigit", "isalpha", "isspace", "isalnum", "isupper", "islower"};
+    "splitlines", "format", "isdigit", "isalpha", "isspace", "isalnum", "isupper", "islower"};
 constexpr std::string_view kDictMethods[] = {"get", "keys", "values", "items"};
 constexpr std::string_view kListMethods[] = {"index", "count"};
 // Exist in Python but modify the receiver: the sandbox refuses them.

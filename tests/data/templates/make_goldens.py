@@ -363,8 +363,8 @@ SNIPPETS = [
     ("{% set l = [] %}{% for m in ms %}{% if m != 2 %}{% set l = l + [m] %}{% endif %}{% endfor %}{{ l }}|{% set acc = [] %}{% for m in ms %}{% set acc = acc + [m] %}{% endfor %}{{ acc }}", {"ms": [1, 2, 3]}),
     ("{% for m in ms %}{% for later in ms[loop.index0 + 1:] %}{% if later > 2 %}{% break %}{% endif %}{{ later }}{% endfor %};{% endfor %}", {"ms": [1, 2, 3, 4]}),
     ("{{ m.get('tool_calls') }}|{{ m.get('role') }}|{{ (m.tool_calls or {}).items()|list }}|{{ m.role|lower == 'user' }}|{{ 'abcdefghijk'[-9:] }}", {"m": {"role": "USER"}}),
-    ("{{ 'Paris.\
-Line two' }}", {}),
+    ("{{ 'Paris.\\\nLine two' }}|{{ \"tab\\there\" }}", {}),
+    ("{{ '{} and {}'.format(1, 'b') }}|{{ '{1}{0}{{x}}'.format('a', 'b') }}|{{ '{name}={v!r}'.format(name='k', v='s') }}", {}),
     # globals
     ("{{ raise_exception('custom failure: ' ~ 42) }}", {}),
     ("before{% if true %}{{ raise_exception('inside if') }}{% endif %}", {}),
