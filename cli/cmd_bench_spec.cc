@@ -1,0 +1,231 @@
+#include "cli/cmd_bench_spec.h"
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "spec/engine.h"
+#include "util/progress.h"
+#include "util/svg_plot.h"
+
+namespace dspark::cli {
+
+namespace {
+
+Result<std::vector<std::string>> LoadPrompts(const std::string& path, int max_prompts) {
+  std::ifstream in(path);
+  if (!in) return NotFound("bench: cannot open prompts file '{}'", path);
+  std::vector<std::string> prompts;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line) && static_cast<int>(prompts.size()) < max_prompts) {
+    ++line_no;
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
+      return InvalidArgument("bench: {}:{}: expected a JSON object with a string field \"prompt\"", path, line_no);
+    prompts.push_back(j["prompt"].get<std::string>());
+  }
+  if (prompts.empty()) return InvalidArgument("bench: '{}' holds no prompts", path);
+  return prompts;
+}
+
+struct Axis {
+  std::string key;
+  std::vector<double> values;
+};
+
+Result<std::vector<Axis>> ParseSweeps(const std::vector<std::string>& sweeps) {
+  std::vector<Axis> axes;
+  for (const std::string& s : sweeps) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos) return InvalidArgument("bench: --sweep '{}' must look like key=v1,v2,...", s);
+    Axis a;
+    a.key = s.substr(0, eq);
+    if (a.key != "n-max" && a.key != "p-min" && a.key != "n-min" && a.key != "adaptive")
+      return InvalidArgument("bench: unknown sweep key '{}' (n-max, p-min, n-min, adaptive)", a.key);
+    std::stringstream ss(s.substr(eq + 1));
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      char* end = nullptr;
+      const double v = std::strtod(item.c_str(), &end);
+      if (item.empty() || *end != '\0') return InvalidArgument("bench: --sweep {}: '{}' is not a number", a.key, item);
+      a.values.push_back(v);
+    }
+    if (a.values.empty()) return InvalidArgument("bench: --sweep {} has no values", a.key);
+    axes.push_back(std::move(a));
+  }
+  return axes;
+}
+
+struct Totals {
+  int64_t generated = 0, drafted = 0, accepted = 0, drafts = 0;
+  double decode_ms = 0;
+  int identical = 0;
+  double tok_s() const { return decode_ms > 0 ? generated * 1000.0 / decode_ms : 0; }
+  double tau() const { return drafts ? 1.0 + double(accepted) / drafts : 1.0; }
+  void Add(const GenerateResult& r) {
+    generated += r.stats.generated_tokens;
+    decode_ms += r.stats.decode_ms;
+    drafted += r.stats.num_draft_tokens;
+    accepted += r.stats.num_accepted_tokens;
+    drafts += r.stats.num_drafts;
+  }
+};
+
+}  // namespace
+
+int RunSpecBench(const SpecBenchFlags& f) {
+  auto loaded = LoadModelAndTokenizer(f.model);
+  if (!loaded.ok()) return Fail(loaded.status());
+  auto prompts = LoadPrompts(f.prompts_file, f.max_prompts);
+  if (!prompts.ok()) return Fail(prompts.status());
+  auto axes = ParseSweeps(f.sweeps);
+  if (!axes.ok()) return Fail(axes.status());
+  Model& model = *loaded->model;
+  const Tokenizer& tok = *loaded->tokenizer;
+  ThreadPool pool(f.threads > 0 ? f.threads : ThreadPool::DefaultThreadCount());
+  const int n_ctx = f.ctx_size > 0 ? f.ctx_size : std::min(model.config().n_ctx_train, 4096);
+  GenerateOptions opt;
+  opt.max_new_tokens = f.n_predict;
+  opt.sampling.temperature = f.temp;
+  opt.sampling.seed = f.seed;
+  opt.ignore_eos = true;  // equal work per prompt for every setting
+
+  // The grid: the cartesian product of the sweep axes.
+  std::vector<std::map<std::string, double>> grid(1);
+  for (const Axis& a : *axes) {
+    std::vector<std::map<std::string, double>> next;
+    for (const auto& g : grid)
+      for (double v : a.values) {
+        auto h = g;
+        h[a.key] = v;
+        next.push_back(std::move(h));
+      }
+    grid = std::move(next);
+  }
+
+  const int n_prompts = static_cast<int>(prompts->size());
+  ProgressBar bar("bench --spec");
+  const uint64_t total_runs = static_cast<uint64_t>(n_prompts) * (grid.size() + 1);
+  uint64_t runs_done = 0;
+  auto tick = [&] { bar.Update(++runs_done, total_runs); };
+
+  // Plain decoding on every prompt; its outputs are the synthetic drafter's references.
+  SpeculativeEngine plain(model, tok, pool, n_ctx);
+  Totals plain_totals;
+  std::vector<std::vector<int32_t>> plain_ids;
+  std::vector<std::vector<int32_t>> prompt_ids;
+  for (const std::string& p : *prompts) {
+    auto r = plain.Generate(p, opt);
+    if (!r.ok()) return Fail(r.status());
+    plain_totals.Add(*r);
+    plain_ids.push_back(r->ids);
+    EncodeOptions eo;
+    eo.add_eos = false;
+    prompt_ids.push_back(tok.Encode(p, eo));
+    tick();
+  }
+
+  std::vector<Totals> rows(grid.size());
+  for (size_t gi = 0; gi < grid.size(); ++gi) {
+    ScheduleOptions so = f.schedule;
+    for (const auto& [k, v] : grid[gi]) {
+      if (k == "n-max") so.n_max = static_cast<int>(v);
+      if (k == "p-min") so.p_min = static_cast<float>(v);
+      if (k == "n-min") so.n_min = static_cast<int>(v);
+      if (k == "adaptive") so.adaptive = v != 0;
+    }
+    DrafterConfig dc = f.drafter;
+    dc.max_draft = std::max(dc.max_draft, so.n_max);
+    std::unique_ptr<Drafter> shared;
+    if (dc.type != "synthetic") {
+      auto d = CreateDrafter(dc, model, tok, pool, n_ctx);
+      if (!d.ok()) return Fail(d.status());
+      shared = std::move(*d);
+    }
+    for (int pi = 0; pi < n_prompts; ++pi) {
+      std::unique_ptr<Drafter> own;
+      Drafter* drafter = shared.get();
+      if (dc.type == "synthetic") {
+        dc.synthetic_reference = prompt_ids[pi];
+        dc.synthetic_reference.insert(dc.synthetic_reference.end(), plain_ids[pi].begin(), plain_ids[pi].end());
+        auto d = CreateDrafter(dc, model, tok, pool, n_ctx);
+        if (!d.ok()) return Fail(d.status());
+        own = std::move(*d);
+        drafter = own.get();
+      }
+      SpeculativeEngine engine(model, tok, pool, n_ctx, drafter, so);
+      auto r = engine.Generate((*prompts)[pi], opt);
+      if (!r.ok()) return Fail(r.status());
+      rows[gi].Add(*r);
+      rows[gi].identical += r->ids == plain_ids[pi];
+      tick();
+    }
+  }
+  bar.Finish();
+
+  // Report: table, JSON, CSV, SVG.
+  auto name_of = [&](const std::map<std::string, double>& g) {
+    std::string s;
+    for (const auto& [k, v] : g) s += fmt::format("{}{}={:g}", s.empty() ? "" : " ", k, v);
+    return s.empty() ? std::string("default") : s;
+  };
+  size_t best = 0;
+  for (size_t gi = 1; gi < rows.size(); ++gi)
+    if (rows[gi].tok_s() > rows[best].tok_s()) best = gi;
+  std::printf("%-32s %10s %8s %8s %8s %10s\n", "setting", "tok/s", "speedup", "tau", "accept", "identical");
+  std::printf("%-32s %10.1f %8s %8s %8s %10s\n", "plain", plain_totals.tok_s(), "1.00", "-", "-", "-");
+  nlohmann::json j;
+  j["model"] = f.model;
+  j["spec_type"] = f.drafter.type;
+  j["prompts"] = n_prompts;
+  j["tokens_per_prompt"] = f.n_predict;
+  j["temperature"] = f.temp;
+  j["plain_tokens_per_second"] = plain_totals.tok_s();
+  std::ofstream csv(f.out + ".csv");
+  csv << "setting,tokens_per_second,speedup,tau,acceptance_rate,identical,prompts\n";
+  csv << fmt::format("plain,{:.3f},1,,,,{}\n", plain_totals.tok_s(), n_prompts);
+  Plot plot;
+  plot.title = fmt::format("{} on {} prompts ({} tokens each, temp {:g})", f.drafter.type, n_prompts, f.n_predict, f.temp);
+  plot.x_label = "setting";
+  plot.y_label = "tokens per second";
+  plot.y2_label = "mean acceptance length tau";
+  PlotSeries tps{"tok/s (speculative)", "#1f77b4"}, taus{"tau", "#2ca02c"}, base{"tok/s (plain)", "#7f7f7f"};
+  taus.secondary_axis = true;
+  for (size_t gi = 0; gi < rows.size(); ++gi) {
+    const Totals& t = rows[gi];
+    const double speedup = plain_totals.tok_s() > 0 ? t.tok_s() / plain_totals.tok_s() : 0;
+    const double acc = t.drafted ? double(t.accepted) / t.drafted : 0;
+    const std::string name = name_of(grid[gi]);
+    std::printf("%-32s %10.1f %8.2f %8.2f %8.2f %6d/%-3d%s\n", name.c_str(), t.tok_s(), speedup, t.tau(), acc,
+                t.identical, n_prompts, gi == best ? "  <- best" : "");
+    j["settings"].push_back({{"setting", grid[gi]}, {"name", name}, {"tokens_per_second", t.tok_s()},
+                             {"speedup", speedup}, {"tau", t.tau()}, {"acceptance_rate", acc},
+                             {"identical", t.identical}, {"drafted", t.drafted}, {"accepted", t.accepted}});
+    csv << fmt::format("\"{}\",{:.3f},{:.4f},{:.4f},{:.4f},{},{}\n", name, t.tok_s(), speedup, t.tau(), acc,
+                       t.identical, n_prompts);
+    plot.x_categories.push_back(name);
+    for (PlotSeries* s : {&tps, &taus, &base}) s->x.push_back(static_cast<double>(gi));
+    tps.y.push_back(t.tok_s());
+    taus.y.push_back(t.tau());
+    base.y.push_back(plain_totals.tok_s());
+  }
+  j["best"] = name_of(grid[best]);
+  plot.series = {base, tps, taus};
+  plot.highlight_series = 1;
+  plot.highlight_point = static_cast<int>(best);
+  plot.highlight_caption = fmt::format("best {:.1f} tok/s", rows[best].tok_s());
+  std::ofstream(f.out + ".json") << j.dump(2) << "\n";
+  std::ofstream(f.out + ".svg") << plot.ToSvg();
+  std::fprintf(stderr, "dspark: wrote %s.json, %s.csv, %s.svg\n", f.out.c_str(), f.out.c_str(), f.out.c_str());
+  return 0;
+}
+
+}  // namespace dspark::cli

@@ -1,0 +1,29 @@
+// `dspark bench --spec`: plain decoding and a grid of speculative settings on the same prompts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "spec/drafters/factory.h"
+#include "spec/scheduler.h"
+
+namespace dspark::cli {
+
+struct SpecBenchFlags {
+  std::string model;
+  std::string prompts_file;
+  std::vector<std::string> sweeps;  // "n-max=3,5,7", "p-min=0,0.5", "n-min=0,2", "adaptive=0,1"
+  DrafterConfig drafter;
+  ScheduleOptions schedule;
+  float temp = 0.0f;
+  uint64_t seed = 0;
+  int n_predict = 128;
+  int max_prompts = 20;
+  int threads = 0;
+  int ctx_size = 0;
+  std::string out = "bench-spec";  // writes OUT.json, OUT.csv, OUT.svg
+};
+
+int RunSpecBench(const SpecBenchFlags& flags);
+
+}  // namespace dspark::cli
