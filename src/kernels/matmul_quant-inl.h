@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kernels/elementwise-inl.h"
@@ -292,6 +293,53 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
       const int64_t r0 = rt * kRowTile;
       const int nr = static_cast<int>(std::min<int64_t>(kRowTile, rows - r0));
 #if DSPARK_HAVE_VNNI
+      if (!use_lanes && (w.type == DType::kQ4_0 || w.type == DType::kQ4_1 ||
+                         w.type == DType::kQ5_0 || w.type == DType::kQ5_1)) {
+        // Fused row dot for the 32-element types, activation rows in pairs.
+        for (int r = 0; r < nr; ++r) {
+          const auto* row = static_cast<const uint8_t*>(w.data) + (r0 + r) * row_bytes;
+          for (int64_t j = 0; j < m; j += 2) {
+            const int8_t* a[2] = {qa.q + j * qa.cols_pad, qa.q + (j + 1) * qa.cols_pad};
+            const float* da[2] = {qa.da + j * qa.nsub, qa.da + (j + 1) * qa.nsub};
+            const float* as[2] = {qa.asum + j * qa.nsub, qa.asum + (j + 1) * qa.nsub};
+            const int32_t* cr[2] = {qa.corr + j * (qa.cols_pad / 4), qa.corr + (j + 1) * (qa.cols_pad / 4)};
+            float out[2];
+            const bool two = j + 1 < m;
+            const int64_t nb = cols / 32;
+            // Block type, fifth bits, min, and offset of the signed types.
+            const auto dot = [&](auto* blk_type, auto q5, auto has_min, auto offset) {
+              using Block = std::remove_pointer_t<decltype(blk_type)>;
+              const auto* blk = reinterpret_cast<const Block*>(row);
+              constexpr bool kQ5 = decltype(q5)::value, kMin = decltype(has_min)::value;
+              constexpr int kOff = decltype(offset)::value;
+              if (two) {
+                DotQ32Vnni<Block, kQ5, kMin, kOff, 2>(blk, nb, a, cr, da, as, out);
+              } else {
+                DotQ32Vnni<Block, kQ5, kMin, kOff, 1>(blk, nb, a, cr, da, as, out);
+              }
+            };
+            using T = std::true_type;
+            using F = std::false_type;
+            switch (w.type) {
+              case DType::kQ4_0:
+                dot(static_cast<BlockQ4_0*>(nullptr), F(), F(), std::integral_constant<int, 8>());
+                break;
+              case DType::kQ4_1:
+                dot(static_cast<BlockQ4_1*>(nullptr), F(), T(), std::integral_constant<int, 0>());
+                break;
+              case DType::kQ5_0:
+                dot(static_cast<BlockQ5_0*>(nullptr), T(), F(), std::integral_constant<int, 16>());
+                break;
+              default:
+                dot(static_cast<BlockQ5_1*>(nullptr), T(), T(), std::integral_constant<int, 0>());
+                break;
+            }
+            y[j * rows + r0 + r] = out[0];
+            if (two) y[(j + 1) * rows + r0 + r] = out[1];
+          }
+        }
+        continue;
+      }
       if (!use_lanes && (w.type == DType::kQ4_K || w.type == DType::kQ5_K)) {
         // Fused row dot, no decode pass; activation rows in pairs so each unpack serves two.
         for (int r = 0; r < nr; ++r) {

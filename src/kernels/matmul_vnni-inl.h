@@ -166,6 +166,102 @@ DSPARK_VNNI_ATTR inline void DotKVnni(const Block* HWY_RESTRICT b, int64_t nbloc
   }
 }
 
+// 32 bytes of unsigned q for one Q4_0/Q4_1 (nibbles) or Q5_0/Q5_1 (nibbles + bit j of qh)
+// block, elements in order.
+template <bool kQ5>
+DSPARK_VNNI_ATTR HWY_INLINE __m256i UnpackQ32(const uint8_t* qs, const uint8_t* qh_bytes) {
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+  if constexpr (kQ5) {
+    uint32_t qh;
+    std::memcpy(&qh, qh_bytes, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+    const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuf);
+    u = _mm256_or_si256(u, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bits), bits),
+                                            _mm256_set1_epi8(0x10)));
+  }
+  return u;
+}
+
+template <typename Block>
+HWY_INLINE const uint8_t* QhPtr(const Block& blk) {
+  if constexpr (requires { blk.qh; }) {
+    return blk.qh;
+  } else {
+    return nullptr;
+  }
+}
+
+// Row dot for Q4_0/Q4_1/Q5_0/Q5_1 without a decode pass (m < kLanesMinM), two blocks per zmm.
+// Unsigned q is used directly. The offset of the signed types (x = d*(q - kOffset), kOffset 8 or
+// 16) is removed exactly in integers by starting each accumulator at -kOffset * (sum of the
+// lane's 4 activation bytes) = corr >> (7 - log2 kOffset); a float correction would cancel
+// catastrophically. The min of Q4_1/Q5_1 is a separate term m_b·asum_b, as in the reference.
+//   corr[j]: [cols_pad / 4] -128 * (sum of each dword of a[j]) (BuildNaturalExtras)
+template <typename Block, bool kQ5, bool kHasMin, int kOffset, int kM>
+DSPARK_VNNI_ATTR inline void DotQ32Vnni(const Block* HWY_RESTRICT b, int64_t nblocks,
+                                        const int8_t* const* a, const int32_t* const* corr,
+                                        const float* const* da, const float* const* asum,
+                                        float* out) {
+  static_assert(kOffset == 0 || kOffset == 8 || kOffset == 16, "offsets of Q4_0/Q5_0");
+  constexpr int kShift = kOffset == 8 ? 4 : 3;  // -128 * s >> kShift = -kOffset * s
+  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512 f[kM];
+  __m256 f8[kM];
+  float fm[kM];
+  for (int j = 0; j < kM; ++j) {
+    f[j] = _mm512_setzero_ps();
+    f8[j] = _mm256_setzero_ps();
+    fm[j] = 0.f;
+  }
+  const auto block_min = [&](const Block& blk) {
+    if constexpr (kHasMin) {
+      return _cvtsh_ss(blk.m);
+    } else {
+      return 0.f;
+    }
+  };
+  int64_t i = 0;
+  for (; i + 2 <= nblocks; i += 2) {
+    const float d0 = _cvtsh_ss(b[i].d), d1 = _cvtsh_ss(b[i + 1].d);
+    const float m0 = block_min(b[i]), m1 = block_min(b[i + 1]);
+    const __m256i u0 = UnpackQ32<kQ5>(b[i].qs, QhPtr(b[i]));
+    const __m256i u1 = UnpackQ32<kQ5>(b[i + 1].qs, QhPtr(b[i + 1]));
+    const __m512i u = _mm512_mask_broadcast_i64x4(_mm512_maskz_broadcast_i64x4(0xFF, u0), 0xF0, u1);
+    const __m128 dd = _mm_unpacklo_ps(_mm_set_ss(d0), _mm_set_ss(d1));
+    for (int j = 0; j < kM; ++j) {
+      __m512i init = _mm512_setzero_si512();
+      if constexpr (kOffset != 0) init = _mm512_maskz_srai_epi32(0xFFFF, _mm512_loadu_si512(corr[j] + 8 * i), kShift);
+      const __m512i acc = _mm512_dpbusd_epi32(init, u, _mm512_loadu_si512(a[j] + 32 * i));
+      const __m128 sc = _mm_mul_ps(dd, _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(da[j] + i))));
+      f[j] = _mm512_fmadd_ps(CvtI32(acc), _mm512_maskz_permutexvar_ps(0xFFFF, idx, _mm512_castps128_ps512(sc)), f[j]);
+      if constexpr (kHasMin) fm[j] += m0 * asum[j][i] + m1 * asum[j][i + 1];
+    }
+  }
+  if (i < nblocks) {  // odd block count: one ymm step
+    const float d0 = _cvtsh_ss(b[i].d);
+    const float m0 = block_min(b[i]);
+    const __m256i u0 = UnpackQ32<kQ5>(b[i].qs, QhPtr(b[i]));
+    for (int j = 0; j < kM; ++j) {
+      __m256i init = _mm256_setzero_si256();
+      if constexpr (kOffset != 0)
+        init = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr[j] + 8 * i)), kShift);
+      const __m256i acc = _mm256_dpbusd_epi32(
+          init, u0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[j] + 32 * i)));
+      f8[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(d0 * da[j][i]), f8[j]);
+      if constexpr (kHasMin) fm[j] += m0 * asum[j][i];
+    }
+  }
+  for (int j = 0; j < kM; ++j) {
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(f8[j]), _mm256_extractf128_ps(f8[j], 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    out[j] = ReduceAdd(f[j]) + _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2))) + fm[j];
+  }
+}
+
 // Activation tile of up to L = 16 (or 8) rows in lane-interleaved form.
 struct ActTileView {
   const int8_t* q;      // [cols_pad / 4][L][4]

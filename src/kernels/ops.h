@@ -28,7 +28,12 @@ bool MatMulSupports(DType type);
 // applied to each weight block while it is in cache), so verifying k draft tokens costs little
 // more than decoding one. For quantised w, x is quantised once per call to the activation
 // format that type pairs with (Q8_0 or Q8_K), as llama.cpp does. Work is split over the pool's
-// threads by output rows (and by m for large m).
+// threads by tiles of 8 output rows; activations are quantised in parallel by 16-row tiles.
+// Results equal ref::MatMulRef (kernels/ref/matmul_ref.h) up to float rounding of the per-block
+// products: the integer block sums are exact on every target.
+// Scratch is thread_local and grow-only: no allocation after warm-up, and concurrent calls from
+// different threads (each with its own pool) are safe. w.cols must be a multiple of the type's
+// block size (32 or 256); x and y are row-major with row strides w.cols and w.rows.
 void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool);
 
 // Converts n elements (a multiple of the type's block size) of a row to float32.
