@@ -60,6 +60,14 @@ int RunServe(ServeFlags f) {
   bo.prefill_chunk = f.prefill_chunk;
   bo.schedule = f.schedule;
   BatchEngine engine(model, tok, pool, bo, drafter->get());
+  if (bo.schedule.adaptive && *drafter != nullptr) {
+    // Batch-wide draft admission needs the cost of a target pass by row count: measure it now
+    // rather than inside the first request.
+    const auto t0 = std::chrono::steady_clock::now();
+    const CostModel& cost = engine.cost_model();
+    DSPARK_LOG_INFO("serve: profiled target pass cost at {} row counts in {:.1f} s", cost.points().size(),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
 
   if (!f.chat_template_file.empty()) {
     std::ifstream in(f.chat_template_file);
