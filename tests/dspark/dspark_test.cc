@@ -9,6 +9,7 @@
 #include <set>
 
 #include "dspark/dspark_models.h"
+#include "spec/batch_engine.h"
 #include "spec/drafters/dspark_drafter.h"
 #include "spec/drafters/factory.h"
 #include "spec/engine.h"
@@ -150,6 +151,37 @@ TEST_F(DSpark, GreedyEqualsPlainForEveryLayoutPromptAndDraftLength) {
         EXPECT_LE(r.stats.num_draft_tokens / std::max<int64_t>(r.stats.num_drafts, 1),
                   std::min(n_max, (*d)->Needs().max_draft));
       }
+    }
+  }
+}
+
+// Several requests share one drafter (one draft context per sequence slot) in continuous
+// batching, with the batch-wide cost schedule: each output still equals its plain decoding.
+TEST_F(DSpark, ConcurrentSequencesEachEqualPlain) {
+  for (bool cost : {false, true}) {
+    auto d = Create("anchor_first");
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    BatchEngineOptions bo;
+    bo.n_parallel = 3;
+    bo.n_ctx = 128;
+    bo.prefill_chunk = 5;  // prompts arrive in several chunks, interleaved with decoding
+    bo.schedule.n_max = 4;
+    bo.schedule.adaptive = cost;
+    bo.schedule.mode = cost ? ScheduleMode::kCost : ScheduleMode::kCut;
+    BatchEngine engine(*target_.model, *target_.tok, pool_, bo, d->get());
+    std::vector<GenerateResult> results(5);
+    for (int v = 0; v < 5; ++v) {
+      GenerateOptions go;
+      go.max_new_tokens = 16 + v;
+      go.ignore_eos = true;
+      auto id = engine.Submit(Prompt(v), go, nullptr, [&results, v](GenerateResult&& r) { results[v] = std::move(r); });
+      ASSERT_TRUE(id.ok()) << id.status().message();
+    }
+    ASSERT_TRUE(engine.RunUntilIdle().ok());
+    for (int v = 0; v < 5; ++v) {
+      EXPECT_EQ(results[v].ids, ReferenceGreedy(*target_.model, pool_, Prompt(v), 16 + v)) << "request " << v;
+      EXPECT_EQ(results[v].stats.num_fallbacks, 0) << results[v].error;
+      if (!cost) EXPECT_GT(results[v].stats.num_draft_tokens, 0) << "request " << v;
     }
   }
 }
