@@ -30,18 +30,22 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
     generation_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::RunTasks(int thread_idx) {
+void ThreadPool::RunTasks(uint64_t generation, int thread_idx) {
   for (;;) {
-    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= num_tasks_) break;
+    uint64_t t = ticket_.load(std::memory_order_acquire);
+    if ((t >> 32) != (generation & 0xffffffffu)) return;
+    const int64_t task = static_cast<int64_t>(t & 0xffffffffu);
+    if (task >= num_tasks_.load(std::memory_order_acquire)) return;
+    if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) continue;
     (*fn_)(task, thread_idx);
+    done_tasks_.fetch_add(1, std::memory_order_release);
   }
 }
 
@@ -58,9 +62,8 @@ void ThreadPool::WorkerLoop(int thread_idx) {
       cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
     }
     seen = generation_.load(std::memory_order_acquire);
-    if (stop_) return;
-    RunTasks(thread_idx);
-    busy_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    if (stop_.load()) return;
+    RunTasks(seen, thread_idx);
   }
 }
 
@@ -70,18 +73,25 @@ void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t
     for (int64_t i = 0; i < num_tasks; ++i) fn(i, 0);
     return;
   }
+  const uint64_t gen = ++last_generation_;
+  // Invalidate stale claims first, then describe the loop, then publish it.
+  ticket_.store((gen & 0xffffffffu) << 32, std::memory_order_release);
   fn_ = &fn;
-  num_tasks_ = num_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  busy_workers_.store(num_threads_ - 1, std::memory_order_relaxed);
+  done_tasks_.store(0, std::memory_order_relaxed);
+  num_tasks_.store(num_tasks, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    generation_.store(gen, std::memory_order_release);
   }
   cv_.notify_all();
-  RunTasks(0);
-  while (busy_workers_.load(std::memory_order_acquire) != 0) DSPARK_PAUSE();
-  fn_ = nullptr;
+  RunTasks(gen, 0);
+  // Spin briefly for tasks still running on workers, then yield so an oversubscribed machine
+  // can schedule them.
+  int spins = 0;
+  while (done_tasks_.load(std::memory_order_acquire) != num_tasks) {
+    if (++spins < 2000) DSPARK_PAUSE();
+    else std::this_thread::yield();
+  }
 }
 
 void ThreadPool::ParallelRange(int64_t n, int64_t grain,

@@ -1,7 +1,9 @@
 // A fixed pool of worker threads that runs data-parallel loops (matmul rows, attention heads).
 // The calling thread takes part, so a pool of N threads starts N-1 workers. Workers spin briefly
 // before sleeping: decode issues hundreds of small parallel loops per token and a futex wake-up
-// per loop would cost more than the loop itself.
+// per loop would cost more than the loop itself. Tasks are claimed one at a time and the caller
+// waits for finished tasks, not for workers: on a busy machine a worker that is not scheduled
+// in time simply claims nothing, and the caller runs the remaining tasks itself.
 #pragma once
 
 #include <atomic>
@@ -39,18 +41,21 @@ class ThreadPool {
 
  private:
   void WorkerLoop(int thread_idx);
-  void RunTasks(int thread_idx);
+  void RunTasks(uint64_t generation, int thread_idx);
 
   int num_threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> busy_workers_{0};
-  std::atomic<int64_t> next_task_{0};
-  int64_t num_tasks_ = 0;
+  uint64_t last_generation_ = 0;            // caller side only
+  std::atomic<uint64_t> generation_{0};     // published loop generation
+  // (generation << 32) | next task index: a claim succeeds only for the current generation, so
+  // a worker that wakes late can never run a task of a loop that has moved on.
+  std::atomic<uint64_t> ticket_{0};
+  std::atomic<int64_t> num_tasks_{0};
+  std::atomic<int64_t> done_tasks_{0};
   const std::function<void(int64_t, int)>* fn_ = nullptr;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace dspark
