@@ -74,7 +74,11 @@ Result<Value> FEscape(Interpreter&, const Value& v, const CallArgs&) { return Va
 Result<Value> FLength(Interpreter&, const Value& v, const CallArgs&) {
   switch (v.kind()) {
     case Kind::kUndefined: return Value(0);
-    case Kind::kString: return Value(static_cast<int64_t>(DecodeUtf8(v.str()).size()));
+    case Kind::kString: {
+      int64_t n = 0;  // code points: every byte that is not a UTF-8 continuation byte
+      for (char c : v.str()) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+      return Value(n);
+    }
     case Kind::kList: return Value(static_cast<int64_t>(v.list().size()));
     case Kind::kDict: return Value(static_cast<int64_t>(v.dict().items.size()));
     default: return InvalidArgument("object of type '{}' has no len()", TypeName(v));

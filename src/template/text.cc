@@ -39,17 +39,28 @@ std::string MapChars(const std::string& s, F f) {
 }  // namespace
 
 std::string PyStrip(const std::string& s, const std::string* chars, bool left, bool right) {
-  std::u32string u = DecodeUtf8(s);
+  // Works on bytes and decodes only the code points at the edges: contents can be long.
   std::u32string set = chars != nullptr ? DecodeUtf8(*chars) : std::u32string();
   auto strip = [&](char32_t c) { return chars == nullptr ? IsPySpace(c) : set.find(c) != std::u32string::npos; };
-  size_t b = 0, e = u.size();
+  auto decode_at = [&](size_t i, size_t len) { return DecodeUtf8(std::string_view(s).substr(i, len))[0]; };
+  size_t b = 0, e = s.size();
   if (left) {
-    while (b < e && strip(u[b])) ++b;
+    while (b < e) {
+      size_t len = 1;
+      while (b + len < e && (static_cast<unsigned char>(s[b + len]) & 0xC0) == 0x80) ++len;
+      if (!strip(decode_at(b, len))) break;
+      b += len;
+    }
   }
   if (right) {
-    while (e > b && strip(u[e - 1])) --e;
+    while (e > b) {
+      size_t start = e - 1;
+      while (start > b && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+      if (!strip(decode_at(start, e - start))) break;
+      e = start;
+    }
   }
-  return EncodeUtf8(u.substr(b, e - b));
+  return s.substr(b, e - b);
 }
 
 std::vector<std::string> PySplit(const std::string& s, const std::string* sep, int64_t maxsplit, bool from_right) {
