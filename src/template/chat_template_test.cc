@@ -4,9 +4,11 @@
 // pin individual interpreter behaviours the same way.
 #include "template/chat_template.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -239,6 +241,31 @@ TEST(ChatTemplate, MutatedTemplatesFailCleanly) {
     }
   }
   std::printf("mutations: %d total, %d parsed, %d rendered\n", total, parsed, rendered);
+}
+
+// One parsed template serves concurrent requests: Render is const and keeps per-call state only.
+TEST(ChatTemplate, ConcurrentRendersAgree) {
+  auto tmpl = ChatTemplate::Parse(ReadFile(kDataDir + "Qwen3-Coder.jinja"));
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+  ordered_json goldens = ReadJson(kDataDir + "Qwen3-Coder.goldens.json");
+  std::vector<const ordered_json*> cases;
+  for (const auto& c : goldens["cases"]) {
+    if (c.contains("expected")) cases.push_back(&c);
+  }
+  ASSERT_FALSE(cases.empty());
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t i = 0; i < 3 * cases.size(); ++i) {
+        const ordered_json& c = *cases[(i + static_cast<size_t>(t) * 7) % cases.size()];
+        auto r = tmpl->Render(c["context"]);
+        if (!r.ok() || *r != c["expected"].get<std::string>()) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(ChatTemplate, RenderRejectsNonObjectContext) {
