@@ -111,7 +111,7 @@ Result<Draft> DSparkDrafter::Propose(int seq, std::span<const int32_t> context, 
   co.keep_logits = keep_logits_;
   DSPARK_TRY(RunChain(*model_, st.block, context.back(), co, rng, pool_, &st.chain));
   d.tokens = st.chain.tokens;
-  d.q = st.chain.q;
+  d.q = std::move(st.chain.q);  // dense [V] rows: hand them over rather than copy
   if (c.has_confidence) {
     // Survival a_k = c_1···c_k from the confidence head (the p_min cut reads c_k back as a_k / a_{k-1}).
     double a = 1.0;

@@ -20,8 +20,8 @@ namespace dspark {
 
 class DSparkDrafter final : public Drafter {
  public:
-  // n_ctx: the target's context size. The model must outlive nothing else: the drafter owns it,
-  // but it may reference the target's embedding / LM head, so the target must outlive the drafter.
+  // n_ctx: the target's context size. The drafter owns the draft model, which may point into the
+  // target's embedding and LM head: the target must outlive the drafter.
   static Result<std::unique_ptr<DSparkDrafter>> Create(std::unique_ptr<DflashModel> model, BlockDraftKind kind,
                                                        ThreadPool& pool, int n_ctx);
 
@@ -33,8 +33,8 @@ class DSparkDrafter final : public Drafter {
   void End(int seq) override;
 
   const DflashModel& model() const { return *model_; }
-  // The chain of the last Propose on `seq` with its biased logits (for tests and goldens);
-  // keep_logits must be set first.
+  // The chain of the last Propose on `seq` with its biased logits (for tests and goldens; its q
+  // rows were handed to the Draft); keep_logits must be set first.
   void set_keep_logits(bool keep) { keep_logits_ = keep; }
   const ChainResult* last_chain(int seq) const;
   const BlockOutput* last_block(int seq) const;
