@@ -268,6 +268,23 @@ TEST(ChatTemplate, ConcurrentRendersAgree) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
+// Callers holding plain nlohmann::json (sorted keys) can pass it anywhere ordered_json is taken.
+TEST(ChatTemplate, ApplyAcceptsPlainJson) {
+  auto tmpl = ChatTemplate::Parse("{{ messages[0].meta|tojson }}|{{ flag }}|{{ tools }}|{{ documents }}");
+  ASSERT_TRUE(tmpl.ok());
+  ChatMessage m{"user", "hi"};
+  m.extra = nlohmann::json{{"meta", {{"b", 1}, {"a", 2}}}};
+  nlohmann::json extra = {{"flag", true}};
+  auto r = tmpl->Apply({m}, false, "", "", extra);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, "{\"a\": 2, \"b\": 1}|True|None|None");
+  ChatMessage null_content{"assistant", ""};
+  null_content.extra["content"] = nullptr;  // extra overrides content, e.g. for tool-call turns
+  auto r2 = ChatTemplate::Parse("{{ messages[0].content is none }}")->Apply({null_content}, false, "", "");
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(*r2, "True");
+}
+
 TEST(ChatTemplate, RenderRejectsNonObjectContext) {
   auto tmpl = ChatTemplate::Parse("x");
   ASSERT_TRUE(tmpl.ok());
