@@ -6,8 +6,16 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 DSPARK := $(BUILD_DIR)/bin/dspark
 MODEL ?= models/ref-target.gguf
-PROMPT ?= def fibonacci(n):\n    
+PROMPT ?= def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n
 N ?= 96
+# The best bundled drafter that exists: DSpark, else the draft model, else n-gram lookup.
+ifneq ($(wildcard models/ref-dspark.gguf),)
+SPEC ?= --spec-type draft-dspark -md models/ref-dspark.gguf
+else ifneq ($(wildcard models/ref-draft.gguf),)
+SPEC ?= --spec-type draft-simple -md models/ref-draft.gguf
+else
+SPEC ?= --spec-type ngram
+endif
 
 .PHONY: all deps configure build run test bench clean
 
@@ -22,16 +30,17 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Generates with the bundled reference model and prints speed (and, with a drafter, acceptance).
+# Generates with the bundled reference models, speculatively and plain on the same prompt, and
+# prints both speeds, the speed-up, acceptance and whether the outputs are identical.
 run: build
-	@$(DSPARK) generate -m $(MODEL) -p "$$(printf '$(PROMPT)')" -n $(N)
+	@$(DSPARK) generate -m $(MODEL) $(SPEC) --compare -p "$$(printf '$(PROMPT)')" -n $(N)
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 bench: build
 	@$(DSPARK) bench --plain -m $(MODEL)
-	@$(BUILD_DIR)/bench/kernels/kernels_bench --benchmark_min_time=0.2 2>/dev/null || true
+	@$(BUILD_DIR)/bench/kernels/kernels_bench --benchmark_min_time=0.2
 
 clean:
 	@rm -rf $(BUILD_DIR)

@@ -3,7 +3,7 @@ the same drafts in the C++ drafter. Not a committed golden (the reference target
 the outputs large); run it whenever the exporter or the drafter changes:
 
     /usr/bin/python3 tests/data/dspark/check_export.py /tmp/dspark_export
-    DSPARK_EXPORT_CHECK_DIR=/tmp/dspark_export ./build/tests/dspark_golden_test
+    DSPARK_EXPORT_CHECK_DIR=/tmp/dspark_export ./build/tests/dspark_export_check
 
 It writes DIR/draft.gguf (a randomly initialised DSpark with enlarged head weights, so the Markov
 bias and the confidence matter) for models/ref-target.gguf and DIR/golden.json in the format of
