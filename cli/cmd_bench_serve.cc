@@ -12,6 +12,13 @@
 #include <sstream>
 #include <thread>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -26,7 +33,8 @@
 namespace dspark::cli {
 
 struct ServeBenchFlags {
-  std::string url;
+  std::string url;         // http://host:port, or "start" to launch `dspark serve <serve_args>`
+  std::string serve_args;  // with --serve start: arguments of the server it launches
   std::string api_key;
   std::string prompts = std::string(DSPARK_SOURCE_DIR) + "/bench/prompts/code-completion.jsonl";
   std::vector<int> concurrency = {1, 2, 4, 8, 16, 32};
@@ -267,11 +275,81 @@ std::string Svg(const std::vector<LevelResult>& results) {
   return s + "</svg>\n";
 }
 
+// A `dspark serve` child process on a free loopback port, stopped (SIGTERM) on destruction.
+class ChildServer {
+ public:
+  ~ChildServer() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  Status Start(const std::string& args, const std::string& log_path, std::string* url) {
+    const int port = FreePort();
+    if (port <= 0) return Internal("bench: no free loopback port");
+    std::vector<std::string> argv = {"dspark", "serve"};
+    std::istringstream in(args);
+    for (std::string a; in >> a;) argv.push_back(a == "-md" ? "--model-draft" : a == "-np" ? "--parallel" : a);
+    argv.insert(argv.end(), {"--host", "127.0.0.1", "--port", std::to_string(port)});
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) return Internal("bench: cannot find the dspark binary (/proc/self/exe)");
+    self[n] = 0;
+    pid_ = fork();
+    if (pid_ < 0) return Internal("bench: fork failed");
+    if (pid_ == 0) {
+      const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+      std::vector<char*> cargv;
+      for (auto& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      execv(self, cargv.data());
+      _exit(127);
+    }
+    *url = fmt::format("http://127.0.0.1:{}", port);
+    // Loading and profiling the verify cost take a while on small machines.
+    for (int i = 0; i < 3000; ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        return Status(StatusCode::kUnavailable, fmt::format("bench: the server exited; see {}", log_path));
+      }
+      httplib::Client probe("127.0.0.1", port);
+      auto h = probe.Get("/health");
+      if (h && h->status == 200) return Status::Ok();
+      usleep(100 * 1000);
+    }
+    return Status(StatusCode::kUnavailable, fmt::format("bench: the server did not come up in 300 s; see {}", log_path));
+  }
+
+ private:
+  static int FreePort() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    int port = -1;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+      port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+  }
+  pid_t pid_ = -1;
+};
+
 }  // namespace
 
 std::shared_ptr<ServeBenchFlags> AddServeBenchFlags(CLI::App* bench) {
   auto f = std::make_shared<ServeBenchFlags>();
-  bench->add_option("--serve", f->url, "Load-benchmark a running `dspark serve` at this URL (http://host:port)");
+  bench->add_option("--serve", f->url,
+                    "Load-benchmark a running `dspark serve` at this URL (http://host:port), or `start` to launch one "
+                    "with --serve-args");
+  bench->add_option("--serve-args", f->serve_args, "Arguments of the server `--serve start` launches, e.g. \"-m T.gguf "
+                    "--spec-type draft-simple -md D.gguf --parallel 32\"");
   bench->add_option("--serve-api-key", f->api_key, "API key of the server");
   bench->add_option("--serve-prompts", f->prompts, "JSONL prompt set (field \"prompt\")")->capture_default_str();
   bench->add_option("--serve-concurrency", f->concurrency, "Concurrency levels")->delimiter(',')->capture_default_str();
@@ -285,14 +363,23 @@ std::shared_ptr<ServeBenchFlags> AddServeBenchFlags(CLI::App* bench) {
 
 bool ServeBenchRequested(const ServeBenchFlags& f) { return !f.url.empty(); }
 
-int RunServeBench(const ServeBenchFlags& f) {
+int RunServeBench(const ServeBenchFlags& flags) {
+  ServeBenchFlags f = flags;
+  ChildServer child;
+  if (f.url == "start") {
+    const std::string log = f.out + ".server.log";
+    std::fprintf(stderr, "dspark: bench: starting dspark serve %s (log: %s)\n", f.serve_args.c_str(), log.c_str());
+    if (Status s = child.Start(f.serve_args, log, &f.url); !s.ok()) return Fail(s);
+  }
   Target t;
   if (!ParseUrl(f.url, &t)) return Fail(InvalidArgument("bench: --serve {}: expected http://host:port", f.url));
+  nlohmann::json health;
   {
     httplib::Client probe(t.host, t.port);
     auto h = probe.Get("/health");
     if (!h || h->status != 200)
       return Fail(Status(StatusCode::kUnavailable, fmt::format("bench: no dspark server answers at {}/health", f.url)));
+    health = nlohmann::json::parse(h->body, nullptr, false);
   }
   const std::vector<std::string> prompts = LoadPrompts(f);
   std::vector<LevelResult> results;
@@ -319,7 +406,8 @@ int RunServeBench(const ServeBenchFlags& f) {
                        r.requests, r.failed, r.wall_s, r.aggregate_tok_s, r.per_user_tok_s, r.ttft_p50_ms, r.ttft_p99_ms,
                        r.itl_p50_ms, r.itl_p99_ms, r.tau);
   }
-  nlohmann::json doc = {{"url", f.url}, {"max_tokens", f.max_tokens}, {"prompts", f.prompts}, {"levels", j}};
+  nlohmann::json doc = {{"url", f.url},         {"server_args", f.serve_args}, {"server", health},
+                         {"max_tokens", f.max_tokens}, {"prompts", f.prompts}, {"levels", j}};
   std::ofstream(f.out + ".json") << doc.dump(2) << "\n";
   std::ofstream(f.out + ".csv") << csv;
   std::ofstream(f.out + ".svg") << Svg(results);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -161,6 +162,55 @@ TEST_F(Server, ChatCompletionRendersTheTemplate) {
   if (s.chunks.size() > 1) {
     EXPECT_EQ(s.chunks[0]["choices"][0]["delta"]["role"], "assistant");
   }
+}
+
+TEST_F(Server, StopStringEndsTheCompletionBeforeIt) {
+  auto full = Post(main_, "/v1/completions", Completion("stop test", 32).dump());
+  ASSERT_TRUE(full && full->status == 200);
+  const std::string text = json::parse(full->body)["choices"][0]["text"].get<std::string>();
+  // A stop string from the middle of the greedy output (two ASCII letters or digits, e.g. "t2" of
+  // the toy vocabulary's " t259" pieces).
+  size_t at = std::string::npos;
+  for (size_t i = text.size() / 3; i + 2 <= text.size(); ++i)
+    if (std::isalnum(static_cast<unsigned char>(text[i])) && std::isalnum(static_cast<unsigned char>(text[i + 1]))) {
+      at = i;
+      break;
+    }
+  ASSERT_NE(at, std::string::npos) << "no alphanumeric pair in the tiny model's output: " << json(text).dump();
+  const std::string stop = text.substr(at, 2);
+  const size_t first = text.find(stop);
+  for (const bool stream : {false, true}) {
+    json body = Completion("stop test", 32, stream);
+    body["stop"] = {"\x01never", stop};
+    auto r = Post(main_, "/v1/completions", body.dump());
+    ASSERT_TRUE(r && r->status == 200);
+    std::string got;
+    std::string finish;
+    if (stream) {
+      const SseStream s = ParseSse(r->body);
+      for (const json& c : s.chunks) {
+        got += c["choices"][0]["text"].get<std::string>();
+        if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+      }
+    } else {
+      const json j = json::parse(r->body);
+      got = j["choices"][0]["text"].get<std::string>();
+      finish = j["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(finish, "stop") << stream;
+    EXPECT_EQ(got, text.substr(0, first)) << "stop '" << stop << "' stream " << stream;
+  }
+}
+
+TEST_F(Server, SeededSamplingIsReproducible) {
+  json body = Completion("sample", 16);
+  body["temperature"] = 0.9;
+  body["top_p"] = 0.95;
+  body["seed"] = 1234;
+  auto a = Post(main_, "/v1/completions", body.dump());
+  auto b = Post(main_, "/v1/completions", body.dump());
+  ASSERT_TRUE(a && b && a->status == 200 && b->status == 200);
+  EXPECT_EQ(json::parse(a->body)["choices"][0]["text"], json::parse(b->body)["choices"][0]["text"]);
 }
 
 TEST_F(Server, ChatWithoutTemplateIsAClientError) {
@@ -359,7 +409,11 @@ TEST_F(Server, MetricsExposeRequestsLatencyAndSpecCounters) {
   EXPECT_GT(MetricValue(m, "dspark:spec_decode_num_drafts_total"), 0);
   EXPECT_GT(MetricValue(m, "dspark:spec_decode_num_accepted_tokens_total"), 0);
   EXPECT_GT(MetricValue(m, "dspark:time_to_first_token_seconds_count"), 0);
-  EXPECT_GT(MetricValue(m, "dspark:requests_total{status=\"400\"}") + MetricValue(m, "dspark:requests_total{status=\"200\"}"), 0);
+  EXPECT_GE(MetricValue(m, "dspark:requests_total{status=\"200\"}"), 1);
+  // A client error is counted under its status.
+  const double before = std::max(0.0, MetricValue(m, "dspark:requests_total{status=\"400\"}"));
+  ASSERT_EQ(Post(main_, "/v1/completions", R"({"prompt": "x", "n": 2})")->status, 400);
+  EXPECT_EQ(MetricValue(Get(main_, "/metrics", {})->body, "dspark:requests_total{status=\"400\"}"), before + 1);
   // Accepted <= drafted, and the per-position counts sum to the accepted total.
   EXPECT_LE(MetricValue(m, "dspark:spec_decode_num_accepted_tokens_total"),
             MetricValue(m, "dspark:spec_decode_num_draft_tokens_total"));
