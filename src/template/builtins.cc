@@ -105,7 +105,6 @@ Result<Value> FFirst(Interpreter&, const Value& v, const CallArgs&) {
 }
 
 Result<Value> FLast(Interpreter&, const Value& v, const CallArgs&) {
-  if (v.is_dict()) return InvalidArgument("'dict' object is not reversible");
   DSPARK_ASSIGN_OR_RETURN(List items, Iterate(v));
   if (items.empty()) return Value::Undefined("No last item, sequence was empty.");
   return items.back();
@@ -163,6 +162,7 @@ Result<Value> FReplace(Interpreter&, const Value& v, const CallArgs& a) {
 Result<Value> FInt(Interpreter&, const Value& v, const CallArgs& a) {
   const Value* def = a.Get("default", 0);
   Value fallback = def != nullptr ? *def : Value(0);
+  if (v.is_undefined()) return InvalidArgument("{}", v.str());  // int(Undefined) raises
   if (v.is_integral()) return Value(v.int_value());
   // Doubles outside int64 would need Python's big ints.
   auto from_double = [&](double d) -> Result<Value> {
@@ -185,6 +185,7 @@ Result<Value> FInt(Interpreter&, const Value& v, const CallArgs& a) {
 Result<Value> FFloat(Interpreter&, const Value& v, const CallArgs& a) {
   const Value* def = a.Get("default", 0);
   Value fallback = def != nullptr ? *def : Value(0.0);
+  if (v.is_undefined()) return InvalidArgument("{}", v.str());  // float(Undefined) raises
   if (v.is_number()) return Value(v.float_value());
   if (!v.is_string()) return fallback;
   std::string s = PyStrip(v.str(), nullptr, true, true);
@@ -222,6 +223,8 @@ Result<Value> FRound(Interpreter&, const Value& v, const CallArgs& a) {
 }
 
 Result<Value> FIndent(Interpreter&, const Value& v, const CallArgs& a) {
+  // jinja appends "\n" to the value itself, which only works for strings.
+  if (!v.is_string()) return InvalidArgument("indent: expected a string, got {}", TypeName(v));
   const Value* w = a.Get("width", 0);
   if (w != nullptr && !w->is_string() && (!w->is_integral() || w->int_value() > 1000)) {
     return InvalidArgument("indent: width must be a string or an integer up to 1000");
@@ -250,6 +253,7 @@ Result<Value> FToJson(Interpreter&, const Value& v, const CallArgs& a) {
 
 // select / reject / selectattr / rejectattr share one body.
 Result<Value> SelectImpl(Interpreter& in, const Value& v, const CallArgs& a, bool by_attr, bool keep) {
+  if (!v.Truthy()) return Value::MakeList({});  // jinja: `if seq:` before iterating
   DSPARK_ASSIGN_OR_RETURN(List items, Iterate(v));
   size_t next = 0;
   std::string attr;
@@ -283,6 +287,7 @@ Result<Value> FSelectAttr(Interpreter& in, const Value& v, const CallArgs& a) { 
 Result<Value> FRejectAttr(Interpreter& in, const Value& v, const CallArgs& a) { return SelectImpl(in, v, a, true, false); }
 
 Result<Value> FMap(Interpreter& in, const Value& v, const CallArgs& a) {
+  if (!v.Truthy()) return Value::MakeList({});  // jinja: `if value:` before iterating
   DSPARK_ASSIGN_OR_RETURN(List items, Iterate(v));
   DSPARK_ASSIGN_OR_RETURN(std::string attr, AttrName(a, "attribute", 99));
   List out;
@@ -427,8 +432,17 @@ Result<Value> FFormat(Interpreter&, const Value& v, const CallArgs& a) {
   return Value(std::move(s));
 }
 
+// jinja counts matches of the regex \w+.
 Result<Value> FWordCount(Interpreter&, const Value& v, const CallArgs&) {
-  return Value(static_cast<int64_t>(PySplit(ToStr(v), nullptr, -1, false).size()));
+  int64_t words = 0;
+  bool in_word = false;
+  for (char32_t c : DecodeUtf8(ToStr(v))) {
+    bool word_char = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+                     (c > 0x7F && !IsPySpace(c));
+    if (word_char && !in_word) ++words;
+    in_word = word_char;
+  }
+  return Value(words);
 }
 
 struct FilterEntry {
@@ -472,12 +486,9 @@ Result<bool> TIterable(Interpreter&, const Value& v, const CallArgs&) {
 Result<bool> TCallable(Interpreter&, const Value& v, const CallArgs&) {
   return v.kind() == Kind::kCallable || v.is_undefined();
 }
-Result<bool> TLower(Interpreter&, const Value& v, const CallArgs&) {
-  return v.is_string() && AsciiLower(v.str()) == v.str();
-}
-Result<bool> TUpper(Interpreter&, const Value& v, const CallArgs&) {
-  return v.is_string() && AsciiUpper(v.str()) == v.str();
-}
+// jinja: str(value).islower() / isupper(), so non-strings are tested by their text.
+Result<bool> TLower(Interpreter&, const Value& v, const CallArgs&) { return PyCharClass("islower", ToStr(v)); }
+Result<bool> TUpper(Interpreter&, const Value& v, const CallArgs&) { return PyCharClass("isupper", ToStr(v)); }
 Result<bool> TEscaped(Interpreter&, const Value&, const CallArgs&) { return false; }
 Result<bool> TEq(Interpreter&, const Value& v, const CallArgs& a) { return Equals(v, Arg0(a)); }
 Result<bool> TNe(Interpreter&, const Value& v, const CallArgs& a) { return !Equals(v, Arg0(a)); }
@@ -504,21 +515,14 @@ Result<bool> TSameAs(Interpreter&, const Value& v, const CallArgs& a) {
   if (v.identity() != nullptr) return v.identity() == o.identity();
   return Equals(v, o);
 }
-Result<bool> TOdd(Interpreter&, const Value& v, const CallArgs&) {
-  if (!v.is_integral()) return InvalidArgument("odd: expected an integer, got {}", TypeName(v));
-  return v.int_value() % 2 != 0;
+// jinja: value % 2 == 1, value % 2 == 0, value % num == 0 (so floats are allowed).
+Result<bool> ModuloIs(const Value& v, const Value& divisor, int64_t want) {
+  DSPARK_ASSIGN_OR_RETURN(Value m, Arithmetic("%", v, divisor));
+  return Equals(m, Value(want));
 }
-Result<bool> TEven(Interpreter&, const Value& v, const CallArgs&) {
-  if (!v.is_integral()) return InvalidArgument("even: expected an integer, got {}", TypeName(v));
-  return v.int_value() % 2 == 0;
-}
-Result<bool> TDivisibleBy(Interpreter&, const Value& v, const CallArgs& a) {
-  const Value& n = Arg0(a);
-  if (!v.is_integral() || !n.is_integral() || n.int_value() == 0) {
-    return InvalidArgument("divisibleby: expected non-zero integers");
-  }
-  return v.int_value() % n.int_value() == 0;
-}
+Result<bool> TOdd(Interpreter&, const Value& v, const CallArgs&) { return ModuloIs(v, Value(2), 1); }
+Result<bool> TEven(Interpreter&, const Value& v, const CallArgs&) { return ModuloIs(v, Value(2), 0); }
+Result<bool> TDivisibleBy(Interpreter&, const Value& v, const CallArgs& a) { return ModuloIs(v, Arg0(a), 0); }
 Result<bool> TFilter(Interpreter&, const Value& v, const CallArgs&) {
   return v.is_string() && FindFilter(v.str()) != nullptr;
 }

@@ -49,6 +49,8 @@ Result<Value> Repeat(const Value& seq, int64_t n) {
   return Value::MakeList(std::move(out), seq.is_tuple());
 }
 
+}  // namespace
+
 Result<Value> Arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (a.is_undefined()) return UndefinedError(a);
   if (b.is_undefined()) return UndefinedError(b);
@@ -99,10 +101,24 @@ Result<Value> Arithmetic(const std::string& op, const Value& a, const Value& b) 
     if (y == 0) return InvalidArgument("{} by zero", ints && op != "/" ? "integer division or modulo" : "division");
     if (op == "/") return Value(x / y);
     if (ints && i == INT64_MIN && j == -1) return op == "//" ? overflow() : Result<Value>(Value(0));
-    if (op == "//") return ints ? Value(FloorDiv(i, j)) : Value(std::floor(x / y));
+    if (op == "//") {
+      if (ints) return Value(FloorDiv(i, j));
+      // CPython's float floor division: from fmod, so 1 // 0.1 == 9.0 like Python.
+      double mod = std::fmod(x, y);
+      double div = (x - mod) / y;
+      if (mod != 0 && ((y < 0) != (mod < 0))) div -= 1.0;
+      double floordiv = std::floor(div);
+      if (div - floordiv > 0.5) floordiv += 1.0;
+      if (div == 0) floordiv = std::copysign(0.0, x / y);
+      return Value(floordiv);
+    }
     if (ints) return Value(i - FloorDiv(i, j) * j);
-    double m = std::fmod(x, y);
-    if (m != 0 && ((m < 0) != (y < 0))) m += y;
+    double m = std::fmod(x, y);  // Python: the result takes the divisor's sign, even for zero
+    if (m != 0) {
+      if ((m < 0) != (y < 0)) m += y;
+    } else {
+      m = std::copysign(0.0, y);
+    }
     return Value(m);
   }
   if (op == "**") {
@@ -116,10 +132,14 @@ Result<Value> Arithmetic(const std::string& op, const Value& a, const Value& b) 
       }
       return Value(r);
     }
-    return Value(std::pow(x, y));
+    double p = std::pow(x, y);
+    if (std::isinf(p) && std::isfinite(x) && std::isfinite(y)) return InvalidArgument("OverflowError: result too large");
+    return Value(p);
   }
   return Internal("unknown operator {}", op);
 }
+
+namespace {
 
 // Python slice index normalisation.
 int64_t SliceIndex(const Value& v, int64_t n, int64_t step, bool is_start) {
@@ -173,7 +193,10 @@ Result<bool> Contains(const Value& container, const Value& x) {
         if (Equals(item, x)) return true;
       }
       return false;
-    case Kind::kDict: return x.is_string() && container.dict().Find(x.str()) != nullptr;
+    case Kind::kDict:
+      if (x.is_list() && !x.is_tuple()) return InvalidArgument("unhashable type: 'list'");
+      if (x.is_dict()) return InvalidArgument("unhashable type: 'dict'");
+      return x.is_string() && container.dict().Find(x.str()) != nullptr;
     case Kind::kUndefined: return false;
     default: return InvalidArgument("argument of type '{}' is not iterable", TypeName(container));
   }

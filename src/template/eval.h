@@ -67,6 +67,9 @@ class Interpreter {
 
 // Items a `for` loop visits: list items, dict keys, string characters; undefined iterates empty.
 Result<List> Iterate(const Value& v);
+// Python arithmetic: + - * / // % ** on numbers, plus str/list concatenation, repetition and
+// printf-style `str % args`.
+Result<Value> Arithmetic(const std::string& op, const Value& a, const Value& b);
 // Python `x in container`.
 Result<bool> Contains(const Value& container, const Value& x);
 

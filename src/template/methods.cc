@@ -298,7 +298,8 @@ Result<std::string> PercentFormat(const std::string& format, const Value& args) 
       return InvalidArgument("unsupported format character '{}'", conv);
     }
   }
-  if (next < positional.size() && !args.is_dict()) {
+  // Python skips this check when the argument is a mapping or sequence used as one.
+  if (next < positional.size() && !args.is_dict() && !(args.is_list() && !args.is_tuple())) {
     return InvalidArgument("not all arguments converted during string formatting");
   }
   return out;

@@ -288,6 +288,7 @@ static std::string ReprAt(const Value& v, int depth) {
       }
       return out + "}>";
     }
+    case Kind::kUndefined: return "Undefined";
     default: return ToStr(v);
   }
 }
@@ -353,7 +354,7 @@ Result<int> Compare(const Value& a, const Value& b) {
     int c = a.str().compare(b.str());
     return c < 0 ? -1 : c > 0 ? 1 : 0;
   }
-  if (a.is_list() && b.is_list()) {
+  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     size_t n = std::min(a.list().size(), b.list().size());
     for (size_t i = 0; i < n; ++i) {
       if (Equals(a.list()[i], b.list()[i])) continue;

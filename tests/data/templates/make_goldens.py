@@ -365,6 +365,13 @@ SNIPPETS = [
     ("{{ m.get('tool_calls') }}|{{ m.get('role') }}|{{ (m.tool_calls or {}).items()|list }}|{{ m.role|lower == 'user' }}|{{ 'abcdefghijk'[-9:] }}", {"m": {"role": "USER"}}),
     ("{{ 'Paris.\\\nLine two' }}|{{ \"tab\\there\" }}", {}),
     ("{{ '{} and {}'.format(1, 'b') }}|{{ '{1}{0}{{x}}'.format('a', 'b') }}|{{ '{name}={v!r}'.format(name='k', v='s') }}", {}),
+    # edge semantics found by differential fuzzing against jinja2
+    ("{{ -1.5|wordcount }}|{{ 1 // 0.1 }}|{{ -7.5 // 2 }}|{{ 0.0 % -1.5 }}|{{ (1, 'x') is lower }}|{{ ' ' is lower }}|{{ 2.5 is odd }}|{{ 3.0 is odd }}"
+     "|{{ 0|select('odd')|list }}|{{ false|map('string')|list }}|{{ [u, none] }}|{{ ' x ' % [3] }}|{{ {'a': 1, 'b': 2}|last }}", {}),
+    ("{{ u|int }}", {}),
+    ("{{ [] in {'a': 1} }}", {}),
+    ("{{ [1] < (1,) }}", {}),
+    ("{{ 'x'|indent }}{{ 5|indent }}", {}),
     # globals
     ("{{ raise_exception('custom failure: ' ~ 42) }}", {}),
     ("before{% if true %}{{ raise_exception('inside if') }}{% endif %}", {}),
