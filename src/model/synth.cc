@@ -64,6 +64,8 @@ uint64_t NameSeed(uint64_t seed, const std::string& name) {
   return h;
 }
 
+}  // namespace
+
 void AddToyVocab(gguf::Writer& w, int n_vocab) {
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
   std::vector<int32_t> types = {2, 3, 3};
@@ -85,8 +87,6 @@ void AddToyVocab(gguf::Writer& w, int n_vocab) {
   w.SetU32("tokenizer.ggml.bos_token_id", 1);
   w.SetU32("tokenizer.ggml.eos_token_id", 2);
 }
-
-}  // namespace
 
 Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const std::string& path,
                        const std::function<void(uint64_t, uint64_t)>& progress) {

@@ -44,6 +44,10 @@ struct SynthSpec {
 std::optional<SynthSpec> SynthShape(const std::string& name);
 std::vector<std::string> SynthShapeNames();
 
+// Writes a small SentencePiece-style vocabulary into `w`: <unk>, <s>, </s>, byte tokens, then
+// filler pieces, n_vocab tokens in all (tiny test models; no real text tokenises well with it).
+void AddToyVocab(gguf::Writer& w, int n_vocab);
+
 // Writes the model. If `vocab` is given its tokenizer.* metadata is copied and n_vocab is taken
 // from it; otherwise a small SentencePiece-style vocabulary (control, byte and filler tokens) is
 // generated. progress(done_bytes, total_bytes) reports writing.

@@ -2,6 +2,8 @@
 // and confidences equal golden values from an independent float64 reference
 // (tests/data/dspark/make_golden.py), for both block layouts, d2t, sinks, causal blocks and
 // scales, with the target features injected all at once or across two steps.
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dspark/dspark_models.h"
+#include "model/testing/tiny_models.h"
 #include "spec/drafters/dspark_drafter.h"
 #include "spec/drafters/factory.h"
 
@@ -38,7 +41,9 @@ void ExpectRowNear(const nlohmann::json& want, const float* got, size_t n, const
 class DSparkGolden : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = std::string(::testing::TempDir());
+    // Per process: ctest runs cases in parallel and must not rewrite files another case maps.
+    dir_ = testing::TempPath("golden");
+    std::filesystem::create_directories(dir_);
     ASSERT_TRUE(testing::WriteGoldenModels(dir_).ok());
     std::ifstream in(std::string(DSPARK_SOURCE_DIR) + "/tests/data/dspark/golden.json");
     ASSERT_TRUE(in.good()) << "missing tests/data/dspark/golden.json";

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "model/synth.h"
 #include "sampling/sampling.h"
 
 namespace dspark::testing {
@@ -87,21 +88,7 @@ Status WriteTinyTarget(const TinyTargetSpec& s, const std::string& path) {
   w.SetString("general.architecture", "qwen3");
   w.SetString("general.name", "dspark-test-target");
   Hparams(w, "qwen3", s.n_embd, s.n_layer, s.n_ff, s.n_head, s.n_head_kv, s.head_dim);
-  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
-  std::vector<int32_t> types = {2, 3, 3};
-  for (int b = 0; static_cast<int>(tokens.size()) < s.n_vocab; ++b) {
-    tokens.push_back(b < 256 ? fmt::format("<0x{:02X}>", b) : fmt::format("\xe2\x96\x81t{}", b));
-    types.push_back(b < 256 ? 6 : 1);
-  }
-  std::vector<float> scores(tokens.size());
-  for (size_t i = 0; i < scores.size(); ++i) scores[i] = -static_cast<float>(i);
-  w.SetString("tokenizer.ggml.model", "llama");
-  w.Set("tokenizer.ggml.tokens", gguf::Value::StringArray(tokens));
-  w.Set("tokenizer.ggml.scores", gguf::Value::F32Array(scores));
-  w.Set("tokenizer.ggml.token_type", gguf::Value::I32Array(types));
-  w.SetU32("tokenizer.ggml.unknown_token_id", 0);
-  w.SetU32("tokenizer.ggml.bos_token_id", 1);
-  w.SetU32("tokenizer.ggml.eos_token_id", 2);
+  AddToyVocab(w, s.n_vocab);
   TensorWriter t(w, s.seed, s.weight_gain);
   DSPARK_TRY(t.Matrix("token_embd.weight", s.n_embd, s.n_vocab, s.embd_gain * std::sqrt(static_cast<float>(s.n_embd))));
   if (!s.tied) DSPARK_TRY(t.Matrix("output.weight", s.n_embd, s.n_vocab, s.output_gain));

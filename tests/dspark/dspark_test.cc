@@ -12,32 +12,16 @@
 #include "spec/batch_engine.h"
 #include "spec/drafters/dspark_drafter.h"
 #include "spec/drafters/factory.h"
+#include "model/testing/tiny_models.h"
 #include "spec/engine.h"
 
 namespace dspark {
 namespace {
 
-struct Loaded {
-  std::shared_ptr<const gguf::File> file;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tok;
-};
+using Loaded = testing::LoadedModel;
+Loaded LoadTarget(const std::string& path) { return testing::LoadModelForTest(path); }
 
-Loaded LoadTarget(const std::string& path) {
-  Loaded l;
-  auto f = gguf::File::Open(path);
-  EXPECT_TRUE(f.ok()) << f.status().message();
-  l.file = std::move(*f);
-  auto m = Model::FromFile(l.file);
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  l.model = std::move(*m);
-  auto t = Tokenizer::FromGguf(*l.file);
-  EXPECT_TRUE(t.ok()) << t.status().message();
-  l.tok = std::move(*t);
-  return l;
-}
-
-std::string Tmp(const std::string& name) { return std::string(::testing::TempDir()) + "dspark_test_" + name + ".gguf"; }
+std::string Tmp(const std::string& name) { return testing::TempPath("dspark_test_" + name + ".gguf"); }
 
 // Plain greedy decoding written independently of the engine.
 std::vector<int32_t> ReferenceGreedy(Model& m, ThreadPool& pool, const std::vector<int32_t>& prompt, int n) {

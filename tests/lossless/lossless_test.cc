@@ -18,25 +18,8 @@
 namespace dspark {
 namespace {
 
-struct Loaded {
-  std::shared_ptr<const gguf::File> file;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tok;
-};
-
-Loaded Load(const std::string& path) {
-  Loaded l;
-  auto f = gguf::File::Open(path);
-  EXPECT_TRUE(f.ok()) << f.status().message();
-  l.file = std::move(*f);
-  auto m = Model::FromFile(l.file);
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  l.model = std::move(*m);
-  auto t = Tokenizer::FromGguf(*l.file);
-  EXPECT_TRUE(t.ok()) << t.status().message();
-  l.tok = std::move(*t);
-  return l;
-}
+using Loaded = testing::LoadedModel;
+Loaded Load(const std::string& path) { return testing::LoadModelForTest(path); }
 
 // Plain greedy decoding written independently of the engine: one Forward per token.
 std::vector<int32_t> ReferenceGreedy(Model& m, ThreadPool& pool, const std::vector<int32_t>& prompt, int n, int n_ctx) {

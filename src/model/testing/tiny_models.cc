@@ -34,4 +34,19 @@ std::string WriteTiny(const SynthSpec& spec, const std::string& tag) {
   return path;
 }
 
+LoadedModel LoadModelForTest(const std::string& path) {
+  LoadedModel l;
+  auto f = gguf::File::Open(path);
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  if (!f.ok()) return l;
+  l.file = std::move(*f);
+  auto m = Model::FromFile(l.file);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  if (m.ok()) l.model = std::move(*m);
+  auto t = Tokenizer::FromGguf(*l.file);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  if (t.ok()) l.tok = std::move(*t);
+  return l;
+}
+
 }  // namespace dspark::testing
