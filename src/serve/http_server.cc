@@ -338,6 +338,7 @@ void HttpServer::Impl::Routes() {
     EngineGauges g;
     g.num_running = loop->num_running();
     g.num_queued = loop->num_queued();
+    g.num_in_flight = loop->num_in_flight();
     g.n_parallel = engine.options().n_parallel;
     res.set_content(metrics.Render(loop->cumulative_stats(), g), "text/plain; version=0.0.4");
   });

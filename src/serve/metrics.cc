@@ -71,6 +71,7 @@ std::string Metrics::Render(const SpecStats& s, const EngineGauges& g) const {
   Counter(&out, "dspark:generation_tokens_total", "Tokens generated.", static_cast<double>(s.generated_tokens));
   Gauge(&out, "dspark:num_requests_running", "Requests occupying a slot.", g.num_running);
   Gauge(&out, "dspark:num_requests_waiting", "Requests queued for a slot (queue depth).", g.num_queued);
+  Gauge(&out, "dspark:num_requests_in_flight", "Generation requests accepted and not finished.", g.num_in_flight);
   Gauge(&out, "dspark:slots_busy", "Busy sequence slots.", g.num_running);
   Gauge(&out, "dspark:slots_total", "Sequence slots (--parallel).", g.n_parallel);
   ttft_.Render("dspark:time_to_first_token_seconds", "Time from request arrival to its first token.", &out);

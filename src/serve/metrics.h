@@ -33,6 +33,7 @@ class Histogram {
 struct EngineGauges {
   int num_running = 0;
   int num_queued = 0;
+  int num_in_flight = 0;  // admitted by the server and not finished (running + queued + in hand-off)
   int n_parallel = 0;
 };
 

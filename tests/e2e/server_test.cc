@@ -355,7 +355,7 @@ TEST_F(Server, DisconnectMidStreamCancelsAndFreesTheSlot) {
   ASSERT_TRUE(WaitFor([&] {
     const std::string m = Get(slow_, "/metrics", {})->body;
     return MetricValue(m, "dspark:request_finished_total{finished_reason=\"cancelled\"}") == before + 1 &&
-           MetricValue(m, "dspark:slots_busy") == 0;
+           MetricValue(m, "dspark:num_requests_in_flight") == 0 && MetricValue(m, "dspark:slots_busy") == 0;
   })) << Get(slow_, "/metrics", {})->body;
   // The slot serves the next request.
   auto r = Post(slow_, "/v1/completions", Completion("next", 3).dump(), {});
@@ -379,7 +379,7 @@ TEST_F(Server, FullQueueAnswers429) {
   EXPECT_EQ(e["code"], "server_busy");
   a.Close();
   b.Close();
-  ASSERT_TRUE(WaitFor([&] { return MetricValue(Get(slow_, "/metrics", {})->body, "dspark:slots_busy") == 0; }));
+  ASSERT_TRUE(WaitFor([&] { return MetricValue(Get(slow_, "/metrics", {})->body, "dspark:num_requests_in_flight") == 0; }));
   auto ok = Post(slow_, "/v1/completions", Completion("after", 2).dump(), {});
   EXPECT_EQ(ok->status, 200);
 }
