@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/bench_serve.h"
+#include "cli/cmd_bench_spec.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "model/model.h"
@@ -147,6 +148,8 @@ int RunPlainBench(const BenchFlags& f) {
 
 Runner RegisterBench(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
+  auto sf = std::make_shared<SpecBenchFlags>();
+  auto spec = std::make_shared<bool>(false);
   f->model = DefaultModelPath();
   CLI::App* sub = app.add_subcommand("bench", "Benchmark plain decoding (and, with other modes, speculation)");
   sub->add_flag("--plain", f->plain, "Prefill / decode / verify-k throughput of the target alone");
@@ -155,11 +158,35 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("-r,--reps", f->reps, "Repetitions (median, min, max reported)")->capture_default_str()->check(CLI::Range(1, 100));
   sub->add_option("--prefill", f->n_prefill, "Prefill length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub->add_option("--decode", f->n_decode, "Decode length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
-  sub->add_flag("--json", f->json, "Print one JSON object");
+  sub->add_flag("--json", f->json, "Print one JSON object (--plain)");
+  // Speculative sweep (--spec).
+  sub->add_flag("--spec", *spec, "Plain decoding and a grid of speculative settings on the same prompts");
+  sub->add_option("--model-draft,--md", sf->drafter.draft_model, "Draft model GGUF (draft-simple)");
+  sub->add_option("--spec-type", sf->drafter.type, "draft-simple | draft-dspark | draft-dflash | ngram | synthetic")->capture_default_str();
+  sub->add_option("--prompts", sf->prompts_file, "JSONL file of {\"prompt\": ...} objects");
+  sub->add_option("--sweep", sf->sweeps, "Grid axis: n-max=3,5,7,9 | p-min=0,0.5 | n-min=0,2 | adaptive=0,1 | cost=0,1 (repeatable)");
+  sub->add_option("--spec-draft-n-max", sf->schedule.n_max, "Draft cap when not swept")->capture_default_str();
+  sub->add_option("--spec-draft-p-min", sf->schedule.p_min, "Confidence cut when not swept")->capture_default_str();
+  sub->add_flag("--spec-adaptive", sf->schedule.adaptive, "Adaptive draft length when not swept");
+  sub->add_option("--spec-ngram-min", sf->drafter.ngram.n_min, "Shortest n-gram")->capture_default_str();
+  sub->add_option("--spec-ngram-max", sf->drafter.ngram.n_max, "Longest n-gram")->capture_default_str();
+  sub->add_option("--spec-synthetic-accept", sf->drafter.synthetic_accept, "Synthetic per-token acceptance")->capture_default_str();
+  sub->add_option("--temp", sf->temp, "Temperature (--spec)")->capture_default_str();
+  sub->add_option("-s,--seed", sf->seed, "Seed (--spec)")->capture_default_str();
+  sub->add_option("-n,--n-predict", sf->n_predict, "Tokens per prompt (--spec)")->capture_default_str();
+  sub->add_option("--max-prompts", sf->max_prompts, "Use at most this many prompts (--spec)")->capture_default_str();
+  sub->add_option("-c,--ctx-size", sf->ctx_size, "Context size (--spec)");
+  sub->add_option("-o,--out", sf->out, "Output prefix for .json, .csv and .svg (--spec)")->capture_default_str();
   auto serve = AddServeBenchFlags(sub);
-  return [f, serve] {
+  return [f, sf, spec, serve] {
     if (ServeBenchRequested(*serve)) return RunServeBench(*serve);
-    if (!f->plain) return Fail(InvalidArgument("bench: choose a mode (--plain)"));
+    if (*spec) {
+      if (sf->prompts_file.empty()) return Fail(InvalidArgument("bench --spec needs --prompts FILE.jsonl"));
+      sf->model = f->model;
+      sf->threads = f->threads;
+      return RunSpecBench(*sf);
+    }
+    if (!f->plain) return Fail(InvalidArgument("bench: choose a mode (--plain, --spec or --serve)"));
     return RunPlainBench(*f);
   };
 }

@@ -48,8 +48,8 @@ Result<std::vector<Axis>> ParseSweeps(const std::vector<std::string>& sweeps) {
     if (eq == std::string::npos) return InvalidArgument("bench: --sweep '{}' must look like key=v1,v2,...", s);
     Axis a;
     a.key = s.substr(0, eq);
-    if (a.key != "n-max" && a.key != "p-min" && a.key != "n-min" && a.key != "adaptive")
-      return InvalidArgument("bench: unknown sweep key '{}' (n-max, p-min, n-min, adaptive)", a.key);
+    if (a.key != "n-max" && a.key != "p-min" && a.key != "n-min" && a.key != "adaptive" && a.key != "cost")
+      return InvalidArgument("bench: unknown sweep key '{}' (n-max, p-min, n-min, adaptive, cost)", a.key);
     std::stringstream ss(s.substr(eq + 1));
     std::string item;
     while (std::getline(ss, item, ',')) {
@@ -141,9 +141,14 @@ int RunSpecBench(const SpecBenchFlags& f) {
       if (k == "p-min") so.p_min = static_cast<float>(v);
       if (k == "n-min") so.n_min = static_cast<int>(v);
       if (k == "adaptive") so.adaptive = v != 0;
+      if (k == "cost" && v != 0) {
+        so.mode = ScheduleMode::kCost;  // verify the prefix maximising expected tokens per ms
+        so.adaptive = true;
+      }
     }
     DrafterConfig dc = f.drafter;
     dc.max_draft = std::max(dc.max_draft, so.n_max);
+    dc.p_min = so.p_min;
     std::unique_ptr<Drafter> shared;
     if (dc.type != "synthetic") {
       auto d = CreateDrafter(dc, model, tok, pool, n_ctx);

@@ -12,7 +12,7 @@ namespace dspark::cli {
 struct SpecBenchFlags {
   std::string model;
   std::string prompts_file;
-  std::vector<std::string> sweeps;  // "n-max=3,5,7", "p-min=0,0.5", "n-min=0,2", "adaptive=0,1"
+  std::vector<std::string> sweeps;  // "n-max=3,5,7", "p-min=0,0.5", "n-min=0,2", "adaptive=0,1", "cost=0,1"
   DrafterConfig drafter;
   ScheduleOptions schedule;
   float temp = 0.0f;
