@@ -393,6 +393,9 @@ void HttpServer::Serve() { impl_->http.listen_after_bind(); }
 Result<int> HttpServer::Start() {
   DSPARK_ASSIGN_OR_RETURN(int port, Bind());
   impl_->serve_thread = std::thread([this] { Serve(); });
+  // httplib's stop() is a no-op until the accept loop runs: wait for it, so that a Stop() right
+  // after Start() cannot leave the serve thread blocked in accept().
+  for (int i = 0; i < 10000 && !impl_->http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return port;
 }
 
