@@ -1,4 +1,5 @@
-// Conformance with llama.cpp: every `.out` line of every vocabulary in tests/data/vocab/ (llama.cpp's
+// Conformance with llama.cpp: every `.out` line of every vocabulary in tests/data/vocab/ (and of the
+// reference models' vocabulary in tests/data/golden/) (llama.cpp's
 // test-tokenizer-0 vectors) must be reproduced exactly, with no BOS/EOS and parse_special off.
 #include <gtest/gtest.h>
 
@@ -14,7 +15,7 @@
 namespace dspark {
 namespace {
 
-const std::string kVocabDir = fmt::format("{}/tests/data/vocab/", DSPARK_SOURCE_DIR);
+const std::string kVocabDir = fmt::format("{}/tests/data/", DSPARK_SOURCE_DIR);
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -98,12 +99,16 @@ TEST_P(VocabConformance, ReproducesEveryLine) {
 
 INSTANTIATE_TEST_SUITE_P(
     Vocabs, VocabConformance,
-    ::testing::Values("ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf",
-                      "ggml-vocab-llama-bpe.gguf", "ggml-vocab-qwen2.gguf",
-                      "ggml-vocab-gpt-2.gguf", "ggml-vocab-deepseek-llm.gguf",
-                      "ggml-vocab-deepseek-coder.gguf"),
+    // llama.cpp's vectors for real vocabularies, and the bundled reference models' vocabulary with
+    // the ids SentencePiece produced for the training data (train/inference tokenisation must agree).
+    ::testing::Values("vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-phi-3.gguf",
+                      "vocab/ggml-vocab-llama-bpe.gguf", "vocab/ggml-vocab-qwen2.gguf",
+                      "vocab/ggml-vocab-gpt-2.gguf", "vocab/ggml-vocab-deepseek-llm.gguf",
+                      "vocab/ggml-vocab-deepseek-coder.gguf", "golden/ref-vocab.gguf"),
     [](const ::testing::TestParamInfo<std::string>& info) {
-      std::string n = info.param.substr(11, info.param.size() - 11 - 5);  // ggml-vocab-*.gguf
+      std::string n = info.param.substr(info.param.find('/') + 1);
+      if (n.rfind("ggml-vocab-", 0) == 0) n = n.substr(11);
+      n = n.substr(0, n.size() - 5);  // .gguf
       for (char& ch : n) {
         if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
       }
