@@ -1,5 +1,9 @@
 #include "serve/http_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <csignal>
 #include <ctime>
 #include <optional>
@@ -350,6 +354,27 @@ void HttpServer::Impl::Routes() {
   });
 }
 
+namespace {
+// Debian's libcpp-httplib is compiled with a listen backlog of 5, so a burst of clients (32
+// connecting at once) overflows the accept queue and some connections die. httplib does not
+// expose its socket: find our listening socket by its port and listen() again, which on Linux
+// only raises the backlog.
+void WidenListenBacklog(int port) {
+  for (int fd = 3; fd < 4096; ++fd) {
+    int accepting = 0;
+    socklen_t len = sizeof(accepting);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof(addr);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    int p = -1;
+    if (addr.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (p == port) ::listen(fd, SOMAXCONN);
+  }
+}
+}  // namespace
+
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { Stop(); }
@@ -384,6 +409,7 @@ Result<int> HttpServer::Bind() {
   if (m.port <= 0)
     return Status(StatusCode::kUnavailable,
                   fmt::format("serve: cannot bind {}:{} (address in use or not local?)", m.opt.host, m.opt.port));
+  WidenListenBacklog(m.port);
   m.loop->Start();
   return m.port;
 }
