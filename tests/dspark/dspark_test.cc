@@ -12,6 +12,7 @@
 #include "spec/batch_engine.h"
 #include "spec/drafters/dspark_drafter.h"
 #include "spec/drafters/factory.h"
+#include "model/testing/chi_square.h"
 #include "model/testing/tiny_models.h"
 #include "spec/engine.h"
 
@@ -279,40 +280,6 @@ TEST(DSparkSchedule, CostModeVerifiesThePrefixMaximisingTokensPerMs) {
   EXPECT_EQ(DraftScheduler(so, CostModel(ms)).Cut(d), 8);
 }
 
-// χ² two-sample statistic over the joint distribution of generated tokens.
-double TwoSampleChi2(const std::map<std::vector<int32_t>, int>& a, const std::map<std::vector<int32_t>, int>& b,
-                     int* dof) {
-  std::map<std::vector<int32_t>, std::pair<int, int>> all;
-  for (auto& [k, v] : a) all[k].first += v;
-  for (auto& [k, v] : b) all[k].second += v;
-  std::pair<int, int> rare{0, 0};
-  double chi = 0;
-  int cells = 0;
-  auto add = [&](std::pair<int, int> c) {
-    const double n = c.first + c.second;
-    if (n == 0) return;
-    chi += (c.first - n / 2) * (c.first - n / 2) / (n / 2) + (c.second - n / 2) * (c.second - n / 2) / (n / 2);
-    ++cells;
-  };
-  for (auto& [k, c] : all) {
-    if (c.first + c.second < 20) {
-      rare.first += c.first;
-      rare.second += c.second;
-    } else {
-      add(c);
-    }
-  }
-  add(rare);
-  *dof = cells - 1;
-  return chi;
-}
-
-double Chi2Critical(int dof) {  // upper 99.9% quantile (Wilson-Hilferty)
-  const double z = 3.09, k = dof;
-  const double t = 1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k));
-  return k * t * t * t;
-}
-
 TEST(DSparkSampling, SampledChainMatchesPlainSamplingInDistribution) {
   testing::TinyTargetSpec ts;
   ts.n_vocab = 16;
@@ -356,8 +323,8 @@ TEST(DSparkSampling, SampledChainMatchesPlainSamplingInDistribution) {
     ASSERT_GT(accepted, 0);
     ASSERT_LT(accepted, drafted);  // rejections happened: the residual path was exercised
     int dof = 0;
-    const double chi = TwoSampleChi2(a, b, &dof);
-    EXPECT_LT(chi, Chi2Critical(dof)) << "dof " << dof << " temperature " << base.temperature;
+    const double chi = testing::TwoSampleChi2(a, b, &dof);
+    EXPECT_LT(chi, testing::Chi2Critical999(dof)) << "dof " << dof << " temperature " << base.temperature;
   }
 }
 

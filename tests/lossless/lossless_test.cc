@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "model/testing/chi_square.h"
 #include "model/testing/tiny_models.h"
 #include "spec/drafters/draft_model.h"
 #include "spec/drafters/factory.h"
@@ -262,43 +263,6 @@ TEST_F(Lossless, MismatchedVocabularyIsRefusedNamingTheToken) {
   EXPECT_NE(unknown.status().message().find("unknown --spec-type"), std::string::npos);
 }
 
-// χ² two-sample statistic over the joint distribution of the first `len` generated tokens.
-double TwoSampleChi2(const std::map<std::vector<int32_t>, int>& a, const std::map<std::vector<int32_t>, int>& b,
-                     int* dof) {
-  std::map<std::vector<int32_t>, std::pair<int, int>> all;
-  for (auto& [k, v] : a) all[k].first += v;
-  for (auto& [k, v] : b) all[k].second += v;
-  // Pool rare outcomes so expected counts stay >= 5.
-  std::pair<int, int> rare{0, 0};
-  double chi = 0;
-  int cells = 0;
-  auto add = [&](std::pair<int, int> c) {
-    const double n = c.first + c.second;
-    if (n == 0) return;
-    const double ea = n / 2, eb = n / 2;  // equal sample sizes
-    chi += (c.first - ea) * (c.first - ea) / ea + (c.second - eb) * (c.second - eb) / eb;
-    ++cells;
-  };
-  for (auto& [k, c] : all) {
-    if (c.first + c.second < 20) {
-      rare.first += c.first;
-      rare.second += c.second;
-    } else {
-      add(c);
-    }
-  }
-  add(rare);
-  *dof = cells - 1;
-  return chi;
-}
-
-// Upper 99.9% quantile of χ² with `dof` degrees of freedom (Wilson-Hilferty approximation).
-double Chi2Critical(int dof) {
-  const double z = 3.09;
-  const double k = dof;
-  const double t = 1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k));
-  return k * t * t * t;
-}
 
 TEST(LosslessSampling, SpeculativeSamplingMatchesPlainInDistribution) {
   // A 16-token vocabulary keeps the joint distribution of two tokens small enough to test.
@@ -341,8 +305,8 @@ TEST(LosslessSampling, SpeculativeSamplingMatchesPlainInDistribution) {
     ASSERT_GT(accepted, 0);
     ASSERT_LT(accepted, drafted);  // rejections happened, so the residual path was exercised
     int dof = 0;
-    const double chi = TwoSampleChi2(a, b, &dof);
-    EXPECT_LT(chi, Chi2Critical(dof)) << "dof " << dof << " temperature " << base.temperature;
+    const double chi = testing::TwoSampleChi2(a, b, &dof);
+    EXPECT_LT(chi, testing::Chi2Critical999(dof)) << "dof " << dof << " temperature " << base.temperature;
   }
 }
 
