@@ -293,8 +293,8 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
       const int64_t r0 = rt * kRowTile;
       const int nr = static_cast<int>(std::min<int64_t>(kRowTile, rows - r0));
 #if DSPARK_HAVE_VNNI
-      if (!use_lanes && (w.type == DType::kQ4_0 || w.type == DType::kQ4_1 ||
-                         w.type == DType::kQ5_0 || w.type == DType::kQ5_1)) {
+      if (!use_lanes && (w.type == DType::kQ4_0 || w.type == DType::kQ4_1 || w.type == DType::kQ5_0 ||
+                         w.type == DType::kQ5_1 || w.type == DType::kQ8_0)) {
         // Fused row dot for the 32-element types, activation rows in pairs.
         for (int r = 0; r < nr; ++r) {
           const auto* row = static_cast<const uint8_t*>(w.data) + (r0 + r) * row_bytes;
@@ -329,6 +329,9 @@ inline void MatMulQuantImpl(const ops::WeightView& w, const float* x, int64_t m,
                 break;
               case DType::kQ5_0:
                 dot(static_cast<BlockQ5_0*>(nullptr), T(), F(), std::integral_constant<int, 16>());
+                break;
+              case DType::kQ8_0:  // q + 128 is unsigned; the 128 comes off in the accumulator
+                dot(static_cast<BlockQ8_0*>(nullptr), F(), F(), std::integral_constant<int, 128>());
                 break;
               default:
                 dot(static_cast<BlockQ5_1*>(nullptr), T(), T(), std::integral_constant<int, 0>());

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kernels/matmul_decode-inl.h"  // DecodeKScales
@@ -195,7 +196,18 @@ HWY_INLINE const uint8_t* QhPtr(const Block& blk) {
   }
 }
 
-// Row dot for Q4_0/Q4_1/Q5_0/Q5_1 without a decode pass (m < kLanesMinM), two blocks per zmm.
+// The 32 unsigned bytes of one block as the row dot feeds them to dpbusd: nibbles (and fifth
+// bits) for Q4/Q5, and for Q8_0 the signed bytes with the sign bit flipped (q + 128).
+template <typename Block, bool kQ5>
+DSPARK_VNNI_ATTR HWY_INLINE __m256i UnsignedQ32(const Block& blk) {
+  if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs)), _mm256_set1_epi8(0x80 - 256));
+  } else {
+    return UnpackQ32<kQ5>(blk.qs, QhPtr(blk));
+  }
+}
+
+// Row dot for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 without a decode pass (m < kLanesMinM), two blocks per zmm.
 // Unsigned q is used directly. The offset of the signed types (x = d*(q - kOffset), kOffset 8 or
 // 16) is removed exactly in integers by starting each accumulator at -kOffset * (sum of the
 // lane's 4 activation bytes) = corr >> (7 - log2 kOffset); a float correction would cancel
@@ -206,8 +218,8 @@ DSPARK_VNNI_ATTR inline void DotQ32Vnni(const Block* HWY_RESTRICT b, int64_t nbl
                                         const int8_t* const* a, const int32_t* const* corr,
                                         const float* const* da, const float* const* asum,
                                         float* out) {
-  static_assert(kOffset == 0 || kOffset == 8 || kOffset == 16, "offsets of Q4_0/Q5_0");
-  constexpr int kShift = kOffset == 8 ? 4 : 3;  // -128 * s >> kShift = -kOffset * s
+  static_assert(kOffset == 0 || kOffset == 8 || kOffset == 16 || kOffset == 128, "offsets of Q4_0/Q5_0/Q8_0");
+  constexpr int kShift = kOffset == 8 ? 4 : (kOffset == 16 ? 3 : 0);  // -128 * s >> kShift = -kOffset * s
   const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   __m512 f[kM];
   __m256 f8[kM];
@@ -228,8 +240,8 @@ DSPARK_VNNI_ATTR inline void DotQ32Vnni(const Block* HWY_RESTRICT b, int64_t nbl
   for (; i + 2 <= nblocks; i += 2) {
     const float d0 = _cvtsh_ss(b[i].d), d1 = _cvtsh_ss(b[i + 1].d);
     const float m0 = block_min(b[i]), m1 = block_min(b[i + 1]);
-    const __m256i u0 = UnpackQ32<kQ5>(b[i].qs, QhPtr(b[i]));
-    const __m256i u1 = UnpackQ32<kQ5>(b[i + 1].qs, QhPtr(b[i + 1]));
+    const __m256i u0 = UnsignedQ32<Block, kQ5>(b[i]);
+    const __m256i u1 = UnsignedQ32<Block, kQ5>(b[i + 1]);
     const __m512i u = _mm512_mask_broadcast_i64x4(_mm512_maskz_broadcast_i64x4(0xFF, u0), 0xF0, u1);
     const __m128 dd = _mm_unpacklo_ps(_mm_set_ss(d0), _mm_set_ss(d1));
     for (int j = 0; j < kM; ++j) {
@@ -244,7 +256,7 @@ DSPARK_VNNI_ATTR inline void DotQ32Vnni(const Block* HWY_RESTRICT b, int64_t nbl
   if (i < nblocks) {  // odd block count: one ymm step
     const float d0 = _cvtsh_ss(b[i].d);
     const float m0 = block_min(b[i]);
-    const __m256i u0 = UnpackQ32<kQ5>(b[i].qs, QhPtr(b[i]));
+    const __m256i u0 = UnsignedQ32<Block, kQ5>(b[i]);
     for (int j = 0; j < kM; ++j) {
       __m256i init = _mm256_setzero_si256();
       if constexpr (kOffset != 0)
