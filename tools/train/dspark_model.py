@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model import FeedForward, RMSNorm, apply_rope, repeat_kv, rope_tables
+from model import Attention, FeedForward, RMSNorm, apply_rope, repeat_kv, rope_tables
 
 
 @dataclass
@@ -45,18 +45,9 @@ class DSparkConfig:
         return asdict(self)
 
 
-class DraftAttention(nn.Module):
-    """Qwen3 attention whose K/V are [context (from g) ; block]; same parameter names as model.Attention."""
-
-    def __init__(self, c: DSparkConfig):
-        super().__init__()
-        self.c = c
-        self.wq = nn.Linear(c.n_embd, c.n_head * c.head_dim, bias=False)
-        self.wk = nn.Linear(c.n_embd, c.n_head_kv * c.head_dim, bias=False)
-        self.wv = nn.Linear(c.n_embd, c.n_head_kv * c.head_dim, bias=False)
-        self.wo = nn.Linear(c.n_head * c.head_dim, c.n_embd, bias=False)
-        self.q_norm = RMSNorm(c.head_dim, c.norm_eps)
-        self.k_norm = RMSNorm(c.head_dim, c.norm_eps)
+class DraftAttention(Attention):
+    """Qwen3 attention whose K/V are [context (from g) ; block]; the parameters (and their names)
+    are model.Attention's, built by its constructor from the DSpark config's matching fields."""
 
     def kv(self, x, cos, sin):
         """K (normed, rotated) and V [B, Hkv, T, D] of x [B, T, E]."""
