@@ -95,15 +95,9 @@ def main(argv=None):
     rewarm = None  # (first step, n steps): short warmup after a warm start with a fresh optimizer
     ckpt_path = out / "ckpt.pt"
 
-    ck = tu.load_checkpoint(ckpt_path) if a.resume else None
-    if ck is not None:
-        cfg = Qwen3Config(**ck["config"])
-        model = Qwen3(cfg).to(dev)
-        model.load_state_dict(ck["model"])
-        opt = tu.make_adamw(model, a.lr, a.weight_decay)
-        opt.load_state_dict(ck["optimizer"])
-        tu.set_rng_state(ck["rng"])
-        step, tokens = ck["step"], ck["tokens"]
+    restored = tu.resume_qwen3(ckpt_path, a.lr, a.weight_decay, dev) if a.resume else None
+    if restored is not None:
+        cfg, model, opt, step, tokens = restored
         print(f"resumed from {ckpt_path}: step {step}, {tokens / 1e6:.2f}M tokens", flush=True)
     elif a.init_from:
         import gguf_model  # only needed on this path

@@ -119,6 +119,23 @@ def load_checkpoint(path: Path):
     return None
 
 
+def resume_qwen3(ckpt_path: Path, lr: float, weight_decay: float, dev):
+    """(config, model, optimizer, step, tokens) restored from a Qwen3 training checkpoint (with
+    RNG state), or None when there is none. Shared by the target and draft-model trainers."""
+    ck = load_checkpoint(ckpt_path)
+    if ck is None:
+        return None
+    from model import Qwen3, Qwen3Config  # here: trainutil itself stays model-agnostic
+
+    cfg = Qwen3Config(**ck["config"])
+    model = Qwen3(cfg).to(dev)
+    model.load_state_dict(ck["model"])
+    opt = make_adamw(model, lr, weight_decay)
+    opt.load_state_dict(ck["optimizer"])
+    set_rng_state(ck["rng"])
+    return cfg, model, opt, ck["step"], ck["tokens"]
+
+
 class CsvLog:
     def __init__(self, path: Path, fields):
         self.path, self.fields = path, fields
