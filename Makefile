@@ -40,7 +40,7 @@ test: build
 
 bench: build
 	@$(DSPARK) bench --plain -m $(MODEL)
-	@$(BUILD_DIR)/bench/kernels/kernels_bench --benchmark_min_time=0.2
+	@$(BUILD_DIR)/bin/kernels_bench --benchmark_min_time=0.2
 
 clean:
 	@rm -rf $(BUILD_DIR)
