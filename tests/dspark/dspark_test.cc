@@ -12,9 +12,9 @@
 #include "spec/batch_engine.h"
 #include "spec/drafters/dspark_drafter.h"
 #include "spec/drafters/factory.h"
-#include "model/testing/chi_square.h"
 #include "model/testing/tiny_models.h"
 #include "spec/engine.h"
+#include "spec/testing/sampling_check.h"
 
 namespace dspark {
 namespace {
@@ -302,30 +302,8 @@ TEST(DSparkSampling, SampledChainMatchesPlainSamplingInDistribution) {
   so.n_max = 3;
   SpeculativeEngine plain(*target.model, *target.tok, pool, 64);
   SpeculativeEngine spec(*target.model, *target.tok, pool, 64, drafter->get(), so);
-  for (const SamplingParams base : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 0}, SamplingParams{0.8f, 6, 0.9f, 0.02f, 0}}) {
-    std::map<std::vector<int32_t>, int> a, b;
-    GenerateOptions go;
-    go.max_new_tokens = 3;
-    go.ignore_eos = true;
-    go.sampling = base;
-    int64_t drafted = 0, accepted = 0;
-    for (int t = 0; t < 3000; ++t) {
-      go.sampling.seed = 1000 + t;
-      auto ra = plain.GenerateFromIds({1, 5, 9}, go);
-      go.sampling.seed = 900000 + t;
-      auto rb = spec.GenerateFromIds({1, 5, 9}, go);
-      ASSERT_TRUE(ra.ok() && rb.ok());
-      ++a[{ra->ids[1], ra->ids[2]}];
-      ++b[{rb->ids[1], rb->ids[2]}];
-      drafted += rb->stats.num_draft_tokens;
-      accepted += rb->stats.num_accepted_tokens;
-    }
-    ASSERT_GT(accepted, 0);
-    ASSERT_LT(accepted, drafted);  // rejections happened: the residual path was exercised
-    int dof = 0;
-    const double chi = testing::TwoSampleChi2(a, b, &dof);
-    EXPECT_LT(chi, testing::Chi2Critical999(dof)) << "dof " << dof << " temperature " << base.temperature;
-  }
+  for (const SamplingParams base : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 0}, SamplingParams{0.8f, 6, 0.9f, 0.02f, 0}})
+    testing::ExpectSpeculativeSamplingMatchesPlain(plain, spec, base);
 }
 
 // Every refusal: a crafted file and the words the error must contain.
