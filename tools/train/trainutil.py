@@ -119,6 +119,18 @@ def load_checkpoint(path: Path):
     return None
 
 
+def add_run_args(ap, *, lr: float, seed: int) -> None:
+    """The options every trainer shares (learning rate, clipping, seed, threads, precision,
+    checkpoint cadence, logging); each trainer passes its own lr and seed defaults."""
+    ap.add_argument("--lr", type=float, default=lr)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=seed)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
+    ap.add_argument("--ckpt-minutes", type=float, default=8.0)
+    ap.add_argument("--log-every", type=int, default=10)
+
+
 def resume_qwen3(ckpt_path: Path, lr: float, weight_decay: float, dev):
     """(config, model, optimizer, step, tokens) restored from a Qwen3 training checkpoint (with
     RNG state), or None when there is none. Shared by the target and draft-model trainers."""
