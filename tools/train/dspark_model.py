@@ -13,36 +13,25 @@ Inside a block attention is bidirectional. Then:
 See shared/research/dspark-training.md sections 1 and 3 and dspark-llamacpp.md sections 1 to 4.
 """
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model import Attention, FeedForward, RMSNorm, apply_rope, repeat_kv, rope_tables
+from model import Attention, FeedForward, Qwen3Config, RMSNorm, apply_rope, repeat_kv, rope_tables
 
 
 @dataclass
-class DSparkConfig:
-    # backbone hyper-parameters are the target's (fc maps L_t*E -> E, the head is the target's)
-    vocab_size: int = 4096
+class DSparkConfig(Qwen3Config):
+    # The backbone hyper-parameters are the target's (fc maps L_t*E -> E, the head is the
+    # target's); a drafter has few layers.
     n_layer: int = 2
-    n_embd: int = 384
-    n_head: int = 6
-    n_head_kv: int = 2
-    head_dim: int = 64
-    n_ff: int = 1024
-    n_ctx: int = 1024
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-6
     # DeepSpec ids: output of target layer l (GGUF dflash.target_layers stores l + 1)
     target_layer_ids: list = field(default_factory=lambda: [1, 4, 6])
     block_size: int = 8
     markov_rank: int = 64
     mask_token_id: int = 3
-
-    def to_dict(self):
-        return asdict(self)
 
 
 class DraftAttention(Attention):
