@@ -12,6 +12,7 @@
 
 #include <httplib.h>
 
+#include "serve/connection_probe.h"
 #include "serve/engine_loop.h"
 #include "serve/metrics.h"
 #include "serve/openai_schema.h"
@@ -174,16 +175,38 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
   h.endpoint = endpoint;
 
   if (!r.stream) {
+    // Nothing is written until the generation ends, so no write can fail when the client hangs
+    // up (as it does for streams). httplib 0.11 exposes no connection state: find this request's
+    // socket and poll it. It stays open while this handler runs on the connection's thread. If it
+    // cannot be found, the generation runs to completion as before.
+    const int conn_fd = FindConnectionFd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    constexpr auto kProbeInterval = std::chrono::milliseconds(100);
+    Clock::time_point next_probe = Clock::now() + kProbeInterval;
+    bool client_gone = false;
     StreamEvent ev;
     for (;;) {
-      if (!channel->Pop(&ev, std::chrono::milliseconds(1000))) continue;
-      if (ev.kind == StreamEvent::Kind::kDone) break;
+      if (channel->Pop(&ev, kProbeInterval) && ev.kind == StreamEvent::Kind::kDone) break;
+      if (conn_fd < 0 || client_gone || Clock::now() < next_probe) continue;
+      next_probe = Clock::now() + kProbeInterval;
+      if (PeerClosed(conn_fd)) {
+        client_gone = true;
+        loop->Cancel(*engine_id);  // the done event follows at the next step boundary
+      }
     }
     const GenerateResult& result = ev.result;
     Outcome o;
     o.stats = &result.stats;
     o.finish_reason = FinishReason(result.stop_reason);
-    if (result.stop_reason == "cancelled") {
+    if (client_gone) {
+      // Nobody reads the answer (a client that only half-closed does). The body must not be
+      // empty: the error handler would record an empty 4xx response a second time.
+      ApiError e;
+      e.http_status = 499;  // nginx's "client closed request", as for streams
+      e.code = "client_closed_request";
+      e.message = "the client closed the connection; the generation was cancelled";
+      SendError(res, e);
+      o.http_status = 499;
+    } else if (result.stop_reason == "cancelled") {
       ApiError e;
       e.http_status = 503;
       e.type = "server_error";
