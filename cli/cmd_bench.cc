@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/bench_serve.h"
@@ -27,6 +28,7 @@ struct BenchFlags {
   int n_prefill = 512;
   int n_decode = 128;
   bool json = false;
+  bool no_repack = false;
 };
 
 struct Summary {
@@ -64,7 +66,7 @@ double CopyBandwidth(ThreadPool& pool) {
 }
 
 int RunPlainBench(const BenchFlags& f) {
-  auto model_or = Model::Load(f.model);
+  auto model_or = Model::Load(f.model, ModelOptions{!f.no_repack});
   if (!model_or.ok()) return Fail(model_or.status());
   Model& model = **model_or;
   const ModelConfig& c = model.config();
@@ -78,7 +80,9 @@ int RunPlainBench(const BenchFlags& f) {
     return model.Forward(b, cache, pool).status();
   };
 
-  std::fprintf(stderr, "dspark bench: %s, %s, %d threads\n", f.model.c_str(), c.arch.c_str(), pool.num_threads());
+  std::fprintf(stderr, "dspark bench: %s, %s, %d threads, %s\n", f.model.c_str(), c.arch.c_str(), pool.num_threads(),
+               model.PackedBytes() > 0 ? fmt::format("{:.0f} MiB of weights repacked", model.PackedBytes() / 1048576.0).c_str()
+                                       : "row-layout weights");
   const double copy_bw = CopyBandwidth(pool);
 
   // Warm-up: touches every weight page once so the first timed run does not pay page faults.
@@ -114,6 +118,7 @@ int RunPlainBench(const BenchFlags& f) {
   nlohmann::json j;
   j["model"] = f.model;
   j["threads"] = pool.num_threads();
+  j["repacked_bytes"] = model.PackedBytes();
   j["prefill_tokens"] = f.n_prefill;
   j["prefill_tok_s"] = pf.median;
   j["prefill_tok_s_min"] = pf.min;
@@ -159,6 +164,7 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--prefill", f->n_prefill, "Prefill length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub->add_option("--decode", f->n_decode, "Decode length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub->add_flag("--json", f->json, "Print one JSON object (--plain)");
+  sub->add_flag("--no-repack", f->no_repack, kNoRepackHelp);
   // Speculative sweep (--spec).
   sub->add_flag("--spec", *spec, "Plain decoding and a grid of speculative settings on the same prompts");
   sub->add_option("--model-draft,--md", sf->drafter.draft_model, "Draft model GGUF (draft-simple)");
@@ -183,6 +189,8 @@ Runner RegisterBench(CLI::App& app) {
     if (*spec) {
       if (sf->prompts_file.empty()) return Fail(InvalidArgument("bench --spec needs --prompts FILE.jsonl"));
       sf->model = f->model;
+      sf->model_options.repack = !f->no_repack;
+      sf->drafter.repack = !f->no_repack;
       sf->threads = f->threads;
       return RunSpecBench(*sf);
     }

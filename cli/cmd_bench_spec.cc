@@ -82,7 +82,7 @@ struct Totals {
 }  // namespace
 
 int RunSpecBench(const SpecBenchFlags& f) {
-  auto loaded = LoadModelAndTokenizer(f.model);
+  auto loaded = LoadModelAndTokenizer(f.model, f.model_options);
   if (!loaded.ok()) return Fail(loaded.status());
   auto prompts = LoadPrompts(f.prompts_file, f.max_prompts);
   if (!prompts.ok()) return Fail(prompts.status());

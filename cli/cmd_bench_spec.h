@@ -14,6 +14,7 @@ struct SpecBenchFlags {
   std::string prompts_file;
   std::vector<std::string> sweeps;  // "n-max=3,5,7", "p-min=0,0.5", "n-min=0,2", "adaptive=0,1", "cost=0,1"
   DrafterConfig drafter;
+  ModelOptions model_options;
   ScheduleOptions schedule;
   float temp = 0.0f;
   uint64_t seed = 0;

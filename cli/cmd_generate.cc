@@ -31,6 +31,7 @@ struct GenerateFlags {
   bool ignore_eos = false;
   // Speculation (llama.cpp's flag names).
   DrafterConfig drafter;
+  bool no_repack = false;
   ScheduleOptions schedule;
   std::string schedule_mode;  // --spec-schedule: cut | cost; empty = cost with a confidence head
   bool compare = false;
@@ -66,7 +67,8 @@ void PrintStats(const char* label, const GenerateResult& r) {
 }
 
 int RunGenerate(GenerateFlags f) {
-  auto loaded = LoadModelAndTokenizer(f.model);
+  f.drafter.repack = !f.no_repack;
+  auto loaded = LoadModelAndTokenizer(f.model, ModelOptions{!f.no_repack});
   if (!loaded.ok()) return Fail(loaded.status());
   Model& model = *loaded->model;
   const Tokenizer& tok = *loaded->tokenizer;
@@ -159,6 +161,7 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("-c,--ctx-size", f->ctx_size, "Context size (default: min(train context, 4096))");
   sub->add_option("--stop", f->stop, "Stop string (repeatable)");
   sub->add_flag("--json", f->json, "Print one JSON object with text, ids and stats");
+  sub->add_flag("--no-repack", f->no_repack, kNoRepackHelp);
   sub->add_flag("--parse-special", f->parse_special, "Parse special tokens written in the prompt");
   sub->add_flag("--ignore-eos", f->ignore_eos, "Do not stop at end-of-generation tokens");
   sub->add_option("--model-draft,--md", f->drafter.draft_model, "Draft model GGUF (draft-simple, draft-dspark, draft-dflash)");

@@ -27,6 +27,7 @@ struct ServeFlags {
   int prefill_chunk = 256;
   std::string chat_template_file;
   DrafterConfig drafter;
+  bool no_repack = false;
   ScheduleOptions schedule;
 };
 
@@ -36,7 +37,8 @@ void OnSignal(int) { g_stop.store(true); }  // async-signal-safe; a watcher thre
 
 int RunServe(ServeFlags f) {
   SetLogLevel(LogLevel::kInfo);
-  auto loaded = LoadModelAndTokenizer(f.model);
+  f.drafter.repack = !f.no_repack;
+  auto loaded = LoadModelAndTokenizer(f.model, ModelOptions{!f.no_repack});
   if (!loaded.ok()) return Fail(loaded.status());
   Model& model = *loaded->model;
   const Tokenizer& tok = *loaded->tokenizer;
@@ -129,6 +131,7 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("--default-max-tokens", f->server.default_max_tokens, "max_tokens when a request gives none")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   sub->add_option("--prefill-chunk", f->prefill_chunk, "Most prompt tokens per engine step")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub->add_option("--chat-template-file", f->chat_template_file, "Jinja chat template (default: the GGUF's tokenizer.chat_template)");
+  sub->add_flag("--no-repack", f->no_repack, kNoRepackHelp);
   sub->add_option("--model-draft,--md", f->drafter.draft_model, "Draft model GGUF (draft-simple, draft-dspark, draft-dflash)");
   sub->add_option("--spec-type", f->drafter.type, "none | draft-simple | draft-dspark | draft-dflash | ngram")->capture_default_str();
   sub->add_option("--spec-draft-n-max", f->schedule.n_max, "Most tokens drafted per step")->capture_default_str()->check(CLI::Range(1, 64));

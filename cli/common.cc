@@ -4,11 +4,11 @@
 
 namespace dspark::cli {
 
-Result<LoadedModel> LoadModelAndTokenizer(const std::string& path) {
+Result<LoadedModel> LoadModelAndTokenizer(const std::string& path, const ModelOptions& options) {
   DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> file, gguf::File::Open(path));
   std::shared_ptr<const gguf::File> shared(std::move(file));
   LoadedModel out;
-  DSPARK_ASSIGN_OR_RETURN(out.model, Model::FromFile(shared));
+  DSPARK_ASSIGN_OR_RETURN(out.model, Model::FromFile(shared, options));
   DSPARK_ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::FromGguf(*shared));
   if (out.tokenizer->n_vocab() != out.model->config().n_vocab)
     return InvalidArgument("{}: tokenizer has {} tokens but the embedding table has {} rows", path,

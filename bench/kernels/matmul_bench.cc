@@ -43,11 +43,20 @@ struct WeightSet {
   size_t bytes = 0;  // one copy
   int copies = 0;
   std::vector<uint8_t> data;
+  size_t packed_bytes = 0;           // one packed copy (ops::PackedBytes), 0 if none
+  std::vector<uint8_t> packed;       // copies x packed_bytes, 64-byte aligned start at packed_base
+  uint8_t* packed_base = nullptr;
 };
+
+// Whether the current benchmark wants the packed layout (ops::PackWeights) next to the rows.
+bool kernels_bench_packed = false;
 
 const WeightSet& Weights(DType type, int64_t rows, int64_t cols) {
   static WeightSet ws;
-  if (ws.type == type && ws.rows == rows && ws.cols == cols && !ws.data.empty()) return ws;
+  static bool ws_packed = false;
+  if (ws.type == type && ws.rows == rows && ws.cols == cols && !ws.data.empty() && ws_packed == kernels_bench_packed)
+    return ws;
+  ws_packed = kernels_bench_packed;
   ws.type = type;
   ws.rows = rows;
   ws.cols = cols;
@@ -63,14 +72,26 @@ const WeightSet& Weights(DType type, int64_t rows, int64_t cols) {
     ops::QuantizeRow(type, row.data(), ws.data.data() + r * rb, cols);
   }
   for (int c = 1; c < ws.copies; ++c) std::memcpy(ws.data.data() + c * ws.bytes, ws.data.data(), ws.bytes);
+  ws.packed_bytes = kernels_bench_packed ? ops::PackedBytes(type, rows, cols) : 0;
+  ws.packed.clear();
+  ws.packed_base = nullptr;
+  if (ws.packed_bytes > 0) {
+    ws.packed.assign(ws.packed_bytes * ws.copies + 64, 0);
+    ws.packed_base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws.packed.data()) + 63) & ~uintptr_t{63});
+    ops::PackWeights(ops::WeightView{ws.data.data(), type, rows, cols}, ws.packed_base, Pool(1));
+    for (int c = 1; c < ws.copies; ++c)
+      std::memcpy(ws.packed_base + c * ws.packed_bytes, ws.packed_base, ws.packed_bytes);
+  }
   return ws;
 }
 
 // hot = true: one copy of the weights, resident in L2 after the first iteration, so the time is
 // the kernel's compute cost (what decode costs once DRAM is fast enough).
-void BM_MatMul(benchmark::State& state, DType type, int64_t rows, int64_t cols, bool hot) {
+// packed = true: MatMul reads the packed layout (as a loaded model does on CPUs that have one).
+void BM_MatMul(benchmark::State& state, DType type, int64_t rows, int64_t cols, bool hot, bool packed) {
   const int64_t m = state.range(0);
   const int threads = static_cast<int>(state.range(1));
+  kernels_bench_packed = packed;
   const WeightSet& ws = Weights(type, rows, cols);
   const int copies = hot ? 1 : ws.copies;
   std::vector<float> x(m * cols), y(m * rows);
@@ -80,7 +101,8 @@ void BM_MatMul(benchmark::State& state, DType type, int64_t rows, int64_t cols, 
   ThreadPool& pool = Pool(threads);
   int c = 0;
   for (auto _ : state) {
-    const ops::WeightView w{ws.data.data() + c * ws.bytes, type, rows, cols};
+    ops::WeightView w{ws.data.data() + c * ws.bytes, type, rows, cols};
+    if (ws.packed_base != nullptr) w.packed = ws.packed_base + c * ws.packed_bytes;
     ops::MatMul(w, x.data(), m, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
     c = (c + 1) % copies;
@@ -142,15 +164,22 @@ void RegisterAll() {
   for (DType t : types) {
     for (const Shape& s : shapes) {
       const std::string name = std::string("MatMul/") + std::string(DTypeName(t)) + "/" + s.name;
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, t, s.rows, s.cols, false);
-      b->ArgNames({"m", "threads"})->UseRealTime();
-      for (int threads : {1, 2})
-        for (int64_t m : {1, 2, 4, 8, 16, 512}) b->Args({m, threads});
+      for (bool packed : {false, true}) {
+        if (packed && ops::PackedBytes(t, s.rows, s.cols) == 0) continue;
+        const std::string nm = (packed ? "MatMulPacked/" : "MatMul/") + std::string(DTypeName(t)) + "/" + s.name;
+        auto* b = benchmark::RegisterBenchmark(nm.c_str(), BM_MatMul, t, s.rows, s.cols, false, packed);
+        b->ArgNames({"m", "threads"})->UseRealTime();
+        for (int threads : {1, 2})
+          for (int64_t m : {1, 2, 4, 8, 16, 512}) b->Args({m, threads});
+      }
     }
-    const std::string hot = std::string("MatMulHot/") + std::string(DTypeName(t)) + "/l2_1024x1024";
-    auto* b = benchmark::RegisterBenchmark(hot.c_str(), BM_MatMul, t, 1024, 1024, true);
-    b->ArgNames({"m", "threads"})->UseRealTime();
-    for (int64_t m : {1, 2, 4, 8, 16}) b->Args({m, 1});
+    for (bool packed : {false, true}) {
+      if (packed && ops::PackedBytes(t, 1024, 1024) == 0) continue;
+      const std::string hot = (packed ? "MatMulPackedHot/" : "MatMulHot/") + std::string(DTypeName(t)) + "/l2_1024x1024";
+      auto* b = benchmark::RegisterBenchmark(hot.c_str(), BM_MatMul, t, 1024, 1024, true, packed);
+      b->ArgNames({"m", "threads"})->UseRealTime();
+      for (int64_t m : {1, 2, 4, 8, 16}) b->Args({m, 1});
+    }
   }
 }
 

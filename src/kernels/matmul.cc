@@ -9,6 +9,7 @@
 #include "hwy/highway.h"
 #include "kernels/matmul_float-inl.h"
 #include "kernels/matmul_quant-inl.h"
+#include "kernels/matmul_packed-inl.h"
 
 #if HWY_ONCE
 #include "kernels/ops.h"
@@ -19,6 +20,9 @@
 namespace dspark {
 HWY_EXPORT(MatMulQuantImpl);
 HWY_EXPORT(MatMulFloatImpl);
+HWY_EXPORT(MatMulPackedImpl);
+HWY_EXPORT(PackedBytesImpl);
+HWY_EXPORT(PackWeightsImpl);
 HWY_EXPORT(QuantizeActForTest);
 
 namespace kernels {
@@ -47,9 +51,20 @@ void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool
   if (m <= 0 || w.rows <= 0) return;
   if (w.type == DType::kF32 || w.type == DType::kF16 || w.type == DType::kBF16) {
     HWY_DYNAMIC_DISPATCH(MatMulFloatImpl)(w, x, m, y, pool);
+  } else if (w.packed != nullptr) {
+    HWY_DYNAMIC_DISPATCH(MatMulPackedImpl)(w, x, m, y, pool);
   } else {
     HWY_DYNAMIC_DISPATCH(MatMulQuantImpl)(w, x, m, y, pool);
   }
+}
+
+size_t PackedBytes(DType type, int64_t rows, int64_t cols) {
+  return HWY_DYNAMIC_DISPATCH(PackedBytesImpl)(type, rows, cols);
+}
+
+void PackWeights(const WeightView& w, void* dst, ThreadPool& pool) {
+  DSPARK_CHECK_MSG(PackedBytes(w.type, w.rows, w.cols) > 0, "PackWeights: no packed layout for this type here");
+  HWY_DYNAMIC_DISPATCH(PackWeightsImpl)(w, dst, pool);
 }
 
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n) {

@@ -7,10 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/hwy_targets.h"
+#include "hwy/targets.h"
+
 #include "kernels/ops.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/ref/quant_ref.h"
+#include "kernels/scratch.h"
 #include "kernels/test_hooks.h"
 #include "util/fp16.h"
 #include "kernels/test_util.h"
@@ -123,6 +127,39 @@ TEST_P(MatMulTypes, CloseToDequantisedFloatProduct) {
       // Activation quantisation to 8 bits: relative error ~ 1/127 of each term at worst.
       EXPECT_NEAR(y[j * rows + r], dot, 0.02 * mag) << DTypeName(t) << " r=" << r << " j=" << j;
     }
+  }
+}
+
+// Weights in the packed layout (ops::PackWeights) give the reference's results for every m (the
+// kernel's row chunks of 8 and column tiles of 16 blocks) and row counts that are not multiples of
+// the 16-row groups. Targets without a packed kernel must ignore `packed` and read the rows.
+TEST_P(MatMulTypes, PackedLayoutMatchesReference) {
+  const DType t = GetParam();
+  ThreadPool pool(2);
+  const int64_t block = Info(t).block_size;
+  struct Shape {
+    int64_t rows, cols;
+  };
+  int packed_shapes = 0;
+  for (const Shape s : {Shape{1, block}, Shape{15, 3 * block}, Shape{16, 17 * block}, Shape{37, 1024},
+                        Shape{64, 33 * block}}) {
+    Weights w = MakeWeights(t, s.rows, s.cols, 40 + s.rows);
+    const size_t bytes = ops::PackedBytes(t, s.rows, s.cols);
+    std::vector<uint8_t> packed(bytes + 64, 0xCD);  // garbage padding: the kernel must not need zeros
+    if (bytes > 0) {
+      auto* dst = reinterpret_cast<void*>(kernels::RoundUp(reinterpret_cast<uintptr_t>(packed.data()), 64));
+      ops::PackWeights(w.view, dst, pool);
+      w.view.packed = dst;
+      ++packed_shapes;
+    }
+    for (int64_t m : {1, 2, 3, 8, 9, 16, 17, 33}) {
+      const auto x = kernels::RandomVector(m * s.cols, 500 + m);
+      kernels::ForEachTarget([&](const std::string& target) { ExpectMatchesRef(w.view, x, m, pool, target); });
+    }
+  }
+  // The layout exists for Q8_0 on AVX-512 VNNI CPUs; elsewhere MatMul reads the rows.
+  if (t == DType::kQ8_0 && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) {
+    EXPECT_EQ(packed_shapes, 5);
   }
 }
 

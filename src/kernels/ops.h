@@ -18,7 +18,17 @@ struct WeightView {
   DType type = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
+  // Optional copy of the same matrix in this CPU's packed layout (PackWeights), which MatMul then
+  // reads instead of `data`. `data` stays valid: embedding lookups and other targets use it.
+  const void* packed = nullptr;
 };
+
+// Bytes of the packed layout of a rows x cols matrix of `type` on this CPU, or 0 when this CPU has
+// no packed kernel for the type (today: Q8_0 on AVX-512 VNNI, where decode reads 16 weight rows
+// per vector instead of one, see kernels/matmul_packed-inl.h).
+size_t PackedBytes(DType type, int64_t rows, int64_t cols);
+// Writes the packed layout of w to dst (64-byte aligned, PackedBytes(w.type, w.rows, w.cols) bytes).
+void PackWeights(const WeightView& w, void* dst, ThreadPool& pool);
 
 // Types MatMul accepts as weights.
 bool MatMulSupports(DType type);

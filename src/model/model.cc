@@ -13,12 +13,12 @@
 
 namespace dspark {
 
-Result<std::unique_ptr<Model>> Model::Load(const std::string& path) {
+Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelOptions& options) {
   DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> file, gguf::File::Open(path));
-  return FromFile(std::shared_ptr<const gguf::File>(std::move(file)));
+  return FromFile(std::shared_ptr<const gguf::File>(std::move(file)), options);
 }
 
-Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File> file) {
+Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File> file, const ModelOptions& options) {
   DSPARK_ASSIGN_OR_RETURN(std::string arch, file->GetString("general.architecture"));
   const ArchDescriptor* desc = FindArch(arch);
   if (desc == nullptr) {
@@ -32,6 +32,15 @@ Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File>
   std::vector<std::string> unclaimed;
   DSPARK_ASSIGN_OR_RETURN(m->weights_, BindDenseWeights(*m->file_, m->config_, &unclaimed));
   for (const std::string& name : unclaimed) DSPARK_LOG_WARN("model: tensor '{}' is not used by {}", name, arch);
+  if (options.repack) {
+    // Every matrix MatMul reads; tok_embd only through `output` when tied (lookups read rows).
+    ModelWeights& w = m->weights_;
+    std::vector<ops::WeightView*> views = {&w.output};
+    for (LayerWeights& l : w.layers)
+      for (ops::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) views.push_back(v);
+    m->packed_.Pack(views);
+    if (w.tok_embd.data == w.output.data) w.tok_embd.packed = w.output.packed;
+  }
   m->rope_ = std::make_unique<Rope>(m->config_.rope);
   return m;
 }

@@ -11,19 +11,27 @@
 #include "model/batch.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
+#include "model/packed_weights.h"
 #include "model/rope.h"
 #include "model/weights.h"
 #include "util/thread_pool.h"
 
 namespace dspark {
 
+struct ModelOptions {
+  // Repack matrices into this CPU's packed layout when it has one (model/packed_weights.h). Costs
+  // a copy of those matrices in memory; off = the row-layout kernels only (`--no-repack`).
+  bool repack = true;
+};
+
 class Model {
  public:
   // Opens `path`, finds its architecture, reads hparams and binds every tensor. Errors: unknown
   // architecture (listing the known ones), missing tensor, wrong shape or type.
-  static Result<std::unique_ptr<Model>> Load(const std::string& path);
+  static Result<std::unique_ptr<Model>> Load(const std::string& path, const ModelOptions& options = {});
   // Same, for an already opened file (shared with the tokenizer).
-  static Result<std::unique_ptr<Model>> FromFile(std::shared_ptr<const gguf::File> file);
+  static Result<std::unique_ptr<Model>> FromFile(std::shared_ptr<const gguf::File> file,
+                                                 const ModelOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const gguf::File& file() const { return *file_; }
@@ -31,6 +39,8 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   // Bytes of weights one decode step streams from memory (for bandwidth accounting).
   uint64_t WeightBytesPerToken() const;
+  // Bytes held by packed copies of the weights (0 when not repacked).
+  size_t PackedBytes() const { return packed_.bytes(); }
 
   // Runs every row of `batch` through the model, appending each row's K/V to its sequence in
   // `cache`, and returns logits of the rows that asked for them (plus taps). Errors: a sequence
@@ -46,6 +56,7 @@ class Model {
   std::shared_ptr<const gguf::File> file_;
   ModelConfig config_;
   ModelWeights weights_;
+  PackedWeights packed_;
   std::unique_ptr<Rope> rope_;
 };
 

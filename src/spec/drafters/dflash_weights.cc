@@ -295,6 +295,14 @@ Result<std::unique_ptr<DflashModel>> DflashModel::FromFile(std::shared_ptr<const
   if (options.need_confidence && !c.has_confidence)
     return InvalidArgument("spec: {}: DSpark draft has no confidence head: set --spec-draft-p-min 0", f.path());
   b.WarnUnclaimed();
+  if (options.repack) {
+    // The drafter's own matrices; a shared target head arrives already packed with the target.
+    std::vector<ops::WeightView*> views = {&w.fc};
+    if (out != nullptr) views.push_back(&w.output);
+    for (DflashLayer& l : w.layers)
+      for (ops::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) views.push_back(v);
+    m->packed_.Pack(views);
+  }
   return m;
 }
 

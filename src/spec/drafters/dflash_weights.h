@@ -85,6 +85,8 @@ struct DflashLoadOptions {
   // The run cuts drafts on the confidence head (DSpark --spec-draft-p-min > 0): refuse a file
   // without one, as llama.cpp does.
   bool need_confidence = false;
+  // Pack the drafter's matrices for this CPU's kernels (model/packed_weights.h).
+  bool repack = true;
 };
 
 class DflashModel {
@@ -106,6 +108,7 @@ class DflashModel {
   std::shared_ptr<const gguf::File> file_;
   DflashConfig config_;
   DflashWeights weights_;
+  PackedWeights packed_;
 };
 
 }  // namespace dspark

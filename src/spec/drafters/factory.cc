@@ -27,7 +27,7 @@ Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, cons
     if (config.draft_model.empty()) return InvalidArgument("spec: --spec-type draft-simple needs -md DRAFT.gguf");
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> file, gguf::File::Open(config.draft_model));
     std::shared_ptr<const gguf::File> shared(std::move(file));
-    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Model> draft, Model::FromFile(shared));
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Model> draft, Model::FromFile(shared, ModelOptions{config.repack}));
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> draft_vocab, Tokenizer::FromGguf(*shared));
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DraftModelDrafter> d,
                             DraftModelDrafter::Create(std::move(draft), *draft_vocab, target_vocab, pool, n_ctx,
@@ -39,6 +39,7 @@ Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, cons
     DflashLoadOptions o;
     o.kind = config.type == "draft-dspark" ? BlockDraftKind::kDSpark : BlockDraftKind::kDFlash;
     o.need_confidence = o.kind == BlockDraftKind::kDSpark && config.p_min > 0;
+    o.repack = config.repack;
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DflashModel> m, DflashModel::Load(config.draft_model, target, target_vocab, o));
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DSparkDrafter> d, DSparkDrafter::Create(std::move(m), o.kind, pool, n_ctx));
     return std::unique_ptr<Drafter>(std::move(d));

@@ -21,6 +21,7 @@ struct DrafterConfig {
   NgramOptions ngram;
   double synthetic_accept = 0.8;
   std::vector<int32_t> synthetic_reference;  // prompt + the target's plain output
+  bool repack = true;          // pack draft weights for this CPU's kernels (ModelOptions::repack)
 };
 
 std::vector<std::string> DrafterTypes();
