@@ -1,5 +1,3 @@
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -8,13 +6,13 @@
 #include <string>
 
 #include "gguf/gguf.h"
+#include "util/testing/temp_dir.h"
 
 namespace dspark::gguf {
 namespace {
 
-std::string TempPath(const std::string& name) {
-  return std::string(::testing::TempDir()) + "dspark_gguf_" + std::to_string(getpid()) + "_" + name + ".gguf";
-}
+// Removed with the process's temp directory at exit.
+std::string TempPath(const std::string& name) { return dspark::testing::TempPath(name + ".gguf"); }
 
 void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);

@@ -12,6 +12,7 @@
 
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/unicode.h"
+#include "util/testing/temp_dir.h"
 
 namespace dspark {
 namespace {
@@ -411,8 +412,8 @@ class SyntheticVocab : public ::testing::Test {
   }
 
   Result<std::unique_ptr<Tokenizer>> Load(const gguf::Writer& w) {
-    path_ = ::testing::TempDir() + "tok_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".gguf";
+    path_ = testing::TempPath(std::string("tok_") + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                              ".gguf");
     Status st = w.WriteFile(path_);
     if (!st.ok()) return st;
     auto file = gguf::File::Open(path_);

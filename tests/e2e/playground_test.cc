@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e/server_fixture.h"
+#include "util/testing/temp_dir.h"
 
 namespace dspark::serve {
 namespace {
@@ -116,8 +117,8 @@ TEST(Playground, StreamsColouredTokensInHeadlessChromium) {
   c.draft = DraftKind::kQ8Copy;
   c.parallel = 2;
   auto server = StartTestServer(c);
-  const std::string profile = (std::filesystem::temp_directory_path() /
-                               ("dspark_chromium_" + std::to_string(getpid()))).string();
+  // Removed below, and with the process's temp directory if the test stops earlier.
+  const std::string profile = dspark::testing::TempPath("chromium_profile");
   const std::string url = "http://127.0.0.1:" + std::to_string(server->port) +
                           "/?autorun=1&max_tokens=48&key=sk-play&prompt=hello%20world";
   json page;

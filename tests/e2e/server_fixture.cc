@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -26,18 +25,11 @@ struct TinyPaths {
   std::string target, q8;
 };
 
-// The tiny models are written once per process (per-process paths: ctest runs test processes in
-// parallel) and removed when it exits.
-struct TinyFiles : TinyPaths {
-  ~TinyFiles() {
-    if (!target.empty()) std::remove(target.c_str());
-    if (!q8.empty()) std::remove(q8.c_str());
-  }
-};
-
+// The tiny models are written once per process into its temp directory (per process: ctest runs
+// test processes in parallel), which is removed when the process exits.
 const TinyPaths& Tiny() {
   static std::once_flag once;
-  static TinyFiles paths;
+  static TinyPaths paths;
   std::call_once(once, [] {
     SynthSpec target = testing::TinySpec("qwen3", DType::kF32);
     target.seed = 11;

@@ -1,14 +1,8 @@
 #include "model/testing/tiny_models.h"
 
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 namespace dspark::testing {
-
-std::string TempPath(const std::string& name) {
-  return std::string(::testing::TempDir()) + "dspark_" + std::to_string(getpid()) + "_" + name;
-}
 
 SynthSpec TinySpec(const std::string& arch, DType type, int n_vocab) {
   SynthSpec spec;

@@ -1,4 +1,5 @@
-// Tiny random-weight GGUF models for tests (written once per test binary into the temp dir).
+// Tiny random-weight GGUF models for tests (written into the process's temp dir, see
+// util/testing/temp_dir.h).
 #pragma once
 
 #include <string>
@@ -9,16 +10,14 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "tokenizer/tokenizer.h"
+#include "util/testing/temp_dir.h"  // TempPath
 
 namespace dspark::testing {
 
-// A path in the test temp dir unique to this process: ctest runs every case as its own process,
-// in parallel, and a file rewritten under another process's mmap would crash it (SIGBUS).
-std::string TempPath(const std::string& name);
-
 // A small spec of `arch` whose dimensions fit `type`'s block size.
 SynthSpec TinySpec(const std::string& arch, DType type, int n_vocab = 300);
-// Writes `spec` to <tmp>/dspark_tiny_<tag>.gguf and returns the path (aborts the test on failure).
+// Writes `spec` to TempPath("tiny_<tag>.gguf") and returns the path (fails the test on error).
+// The file is removed with the process's temp directory when the process exits.
 std::string WriteTiny(const SynthSpec& spec, const std::string& tag);
 
 // A model, its tokenizer and the file both read (test failures are reported, not thrown).
