@@ -68,4 +68,12 @@ void Axpy(float alpha, const float* x, int64_t n, float* y);
 // x[i] *= alpha
 void Scale(float alpha, int64_t n, float* x);
 
+// Attention of one query position for the n_q query heads that share one K/V head (a GQA group):
+//   out[h] = Σ_t softmax_t(scale · q[h]·K_t) · V_t,   K_t = k + cells[t]·k_stride, V_t = v + cells[t]·v_stride
+// q: [n_q][head_dim], out: [n_q][head_dim_v], scores: scratch of n_q·n floats. Each K and V row is
+// read once for the whole group. n = 0 gives zeros.
+void AttentionGroup(const float* q, int n_q, int head_dim, int head_dim_v, const float* k, int64_t k_stride,
+                    const float* v, int64_t v_stride, const int32_t* cells, int n, float scale, float* scores,
+                    float* out);
+
 }  // namespace dspark::ops

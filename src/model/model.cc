@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -127,12 +128,15 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     prefix[i] = cache.Length(s);
     cell[i] = prefix[i] + added[s]++;
   }
-  std::vector<std::vector<int>> extra(n);
+  // Cells each row attends: its sequence's committed prefix, then the batch rows it may see.
+  std::vector<std::vector<int32_t>> visible(n);
   for (int i = 0; i < n; ++i) {
+    visible[i].resize(prefix[i]);
+    std::iota(visible[i].begin(), visible[i].end(), 0);
     for (int j = 0; j < n; ++j) {
       if (batch.rows[j].seq != batch.rows[i].seq) continue;
-      const bool visible = batch.mask.empty() ? j <= i : batch.mask[static_cast<size_t>(i) * n + j] != 0;
-      if (visible) extra[i].push_back(cell[j]);
+      const bool vis = batch.mask.empty() ? j <= i : batch.mask[static_cast<size_t>(i) * n + j] != 0;
+      if (vis) visible[i].push_back(cell[j]);
     }
   }
 
@@ -159,7 +163,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
 
   const int group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  std::vector<std::vector<float>> scores(pool.num_threads(), std::vector<float>(cache.n_ctx()));
+  std::vector<std::vector<float>> scores(pool.num_threads(), std::vector<float>(static_cast<size_t>(group) * (cache.n_ctx() + n)));
 
   for (int il = 0; il < c.n_layer; ++il) {
     const LayerWeights& L = weights_.layers[il];
@@ -186,27 +190,20 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
         rope_->Apply(s.cos_t.data() + i * half_rot, s.sin_t.data() + i * half_rot, c.n_head, c.head_dim, q);
         rope_->Apply(s.cos_t.data() + i * half_rot, s.sin_t.data() + i * half_rot, c.n_head_kv, c.head_dim, k);
         const int seq = batch.rows[i].seq;
-        std::memcpy(cache.K(il, seq, cell[i]), k, c.kv_dim() * sizeof(float));
-        std::memcpy(cache.V(il, seq, cell[i]), s.v.data() + i * c.v_dim(), c.v_dim() * sizeof(float));
+        cache.Write(il, seq, cell[i], k, s.v.data() + i * c.v_dim());
       }
     });
 
-    pool.ParallelFor(static_cast<int64_t>(n) * c.n_head, [&](int64_t task, int thread) {
-      const int i = static_cast<int>(task / c.n_head);
-      const int hh = static_cast<int>(task % c.n_head);
-      const int kvh = hh / group;
+    // One task per (row, K/V head): the group's query heads are contiguous in q and in att.
+    pool.ParallelFor(static_cast<int64_t>(n) * c.n_head_kv, [&](int64_t task, int thread) {
+      const int i = static_cast<int>(task / c.n_head_kv);
+      const int kvh = static_cast<int>(task % c.n_head_kv);
       const int seq = batch.rows[i].seq;
-      const float* q = s.q.data() + static_cast<size_t>(i) * c.q_dim() + hh * c.head_dim;
-      float* sc = scores[thread].data();
-      const int n_prefix = prefix[i];
-      const int n_vis = n_prefix + static_cast<int>(extra[i].size());
-      auto cell_at = [&](int k) { return k < n_prefix ? k : extra[i][k - n_prefix]; };
-      for (int k = 0; k < n_vis; ++k)
-        sc[k] = ops::Dot(q, cache.K(il, seq, cell_at(k)) + kvh * c.head_dim, c.head_dim) * scale;
-      ops::Softmax(sc, n_vis);
-      float* o = s.att.data() + static_cast<size_t>(i) * c.n_head * c.head_dim_v + hh * c.head_dim_v;
-      std::fill(o, o + c.head_dim_v, 0.0f);
-      for (int k = 0; k < n_vis; ++k) ops::Axpy(sc[k], cache.V(il, seq, cell_at(k)) + kvh * c.head_dim_v, c.head_dim_v, o);
+      const float* q = s.q.data() + static_cast<size_t>(i) * c.q_dim() + static_cast<size_t>(kvh) * group * c.head_dim;
+      float* o = s.att.data() + static_cast<size_t>(i) * c.n_head * c.head_dim_v + static_cast<size_t>(kvh) * group * c.head_dim_v;
+      ops::AttentionGroup(q, group, c.head_dim, c.head_dim_v, cache.K(il, seq, kvh, 0), c.head_dim,
+                          cache.V(il, seq, kvh, 0), c.head_dim_v, visible[i].data(),
+                          static_cast<int>(visible[i].size()), scale, scores[thread].data(), o);
     });
     ops::MatMul(L.wo, s.att.data(), n, s.tmp.data(), pool);
     ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 namespace dspark::ref {
 
@@ -50,6 +51,28 @@ inline void Axpy(float alpha, const float* x, int64_t n, float* y) {
 
 inline void Scale(float alpha, int64_t n, float* x) {
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+// Attention of one query position for a GQA group (ops::AttentionGroup), in double precision.
+inline void AttentionGroup(const float* q, int n_q, int head_dim, int head_dim_v, const float* k, int64_t k_stride,
+                           const float* v, int64_t v_stride, const int32_t* cells, int n, float scale, float* out) {
+  for (int h = 0; h < n_q; ++h) {
+    double max = -std::numeric_limits<double>::infinity();
+    std::vector<double> s(static_cast<size_t>(n));
+    for (int t = 0; t < n; ++t) {
+      double dot = 0;
+      for (int i = 0; i < head_dim; ++i) dot += static_cast<double>(q[h * head_dim + i]) * k[cells[t] * k_stride + i];
+      s[t] = dot * scale;
+      max = s[t] > max ? s[t] : max;
+    }
+    double sum = 0;
+    for (int t = 0; t < n; ++t) sum += (s[t] = std::exp(s[t] - max));
+    for (int i = 0; i < head_dim_v; ++i) {
+      double o = 0;
+      for (int t = 0; t < n; ++t) o += s[t] / sum * v[cells[t] * v_stride + i];
+      out[h * head_dim_v + i] = static_cast<float>(o);
+    }
+  }
 }
 
 }  // namespace dspark::ref

@@ -70,11 +70,11 @@ Status DflashForward::Run(const float* feats, int n_ctx_rows, std::span<const in
       for (int i = 0; i < n_ctx_rows; ++i) {
         float* k = kv_.data() + static_cast<size_t>(i) * kv_dim;
         NormRope(rope_, cos_.data() + i * half, sin_.data() + i * half, L.k_norm, c.rms_eps, c.n_head_kv, c.head_dim, k);
-        std::memcpy(cache_.K(il, 0, len0 + i), k, kv_dim * sizeof(float));
+        cache_.WriteK(il, 0, len0 + i, k);
       }
       ops::MatMul(L.wv, g_.data(), n_ctx_rows, kv_.data(), pool);
       for (int i = 0; i < n_ctx_rows; ++i)
-        std::memcpy(cache_.V(il, 0, len0 + i), kv_.data() + static_cast<size_t>(i) * kv_dim, kv_dim * sizeof(float));
+        cache_.WriteV(il, 0, len0 + i, kv_.data() + static_cast<size_t>(i) * kv_dim);
     }
     cache_.Advance(0, n_ctx_rows);
   }
@@ -117,8 +117,7 @@ Status DflashForward::Run(const float* feats, int n_ctx_rows, std::span<const in
       NormRope(rope_, ct, st, L.q_norm, c.rms_eps, c.n_head, c.head_dim, q_.data() + static_cast<size_t>(i) * c.q_dim());
       float* k = k_.data() + static_cast<size_t>(i) * kv_dim;
       NormRope(rope_, ct, st, L.k_norm, c.rms_eps, c.n_head_kv, c.head_dim, k);
-      std::memcpy(cache_.K(il, 0, n_cells + i), k, kv_dim * sizeof(float));
-      std::memcpy(cache_.V(il, 0, n_cells + i), v_.data() + static_cast<size_t>(i) * kv_dim, kv_dim * sizeof(float));
+      cache_.Write(il, 0, n_cells + i, k, v_.data() + static_cast<size_t>(i) * kv_dim);
     }
     pool.ParallelFor(static_cast<int64_t>(n_blk) * c.n_head, [&](int64_t task, int thread) {
       const int i = static_cast<int>(task / c.n_head);
@@ -127,14 +126,14 @@ Status DflashForward::Run(const float* feats, int n_ctx_rows, std::span<const in
       const float* q = q_.data() + static_cast<size_t>(i) * c.q_dim() + hh * c.head_dim;
       float* sc = scores_[thread].data();
       const int n_vis = n_cells + (c.causal ? i + 1 : n_blk);
-      for (int k = 0; k < n_vis; ++k) sc[k] = ops::Dot(q, cache_.K(il, 0, k) + kvh * c.head_dim, c.head_dim) * scale;
+      for (int k = 0; k < n_vis; ++k) sc[k] = ops::Dot(q, cache_.K(il, 0, kvh, k), c.head_dim) * scale;
       // An attention sink is one more logit in the softmax that contributes no value.
       const bool sink = !L.attn_sinks.empty();
       if (sink) sc[n_vis] = L.attn_sinks[hh];
       ops::Softmax(sc, n_vis + (sink ? 1 : 0));
       float* o = att_.data() + static_cast<size_t>(i) * c.q_dim() + hh * c.head_dim;
       std::fill(o, o + c.head_dim, 0.0f);
-      for (int k = 0; k < n_vis; ++k) ops::Axpy(sc[k], cache_.V(il, 0, k) + kvh * c.head_dim, c.head_dim, o);
+      for (int k = 0; k < n_vis; ++k) ops::Axpy(sc[k], cache_.V(il, 0, kvh, k), c.head_dim, o);
     });
     ops::MatMul(L.wo, att_.data(), n_blk, tmp_.data(), pool);
     ops::Add(tmp_.data(), static_cast<int64_t>(n_blk) * E, x_.data());

@@ -1,0 +1,26 @@
+// Dispatch wrapper of ops::AttentionGroup; body in attention-inl.h.
+#include "kernels/hwy_targets.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "kernels/attention-inl.h"
+
+#if HWY_ONCE
+#include "kernels/ops.h"
+
+namespace dspark {
+HWY_EXPORT(AttentionGroupImpl);
+
+namespace ops {
+void AttentionGroup(const float* q, int n_q, int head_dim, int head_dim_v, const float* k, int64_t k_stride,
+                    const float* v, int64_t v_stride, const int32_t* cells, int n, float scale, float* scores,
+                    float* out) {
+  HWY_DYNAMIC_DISPATCH(AttentionGroupImpl)(q, n_q, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale,
+                                           scores, out);
+}
+}  // namespace ops
+}  // namespace dspark
+#endif  // HWY_ONCE
