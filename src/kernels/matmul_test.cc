@@ -131,7 +131,7 @@ TEST_P(MatMulTypes, CloseToDequantisedFloatProduct) {
 }
 
 // Weights in the packed layout (ops::PackWeights) give the reference's results for every m (the
-// kernel's row chunks of 8 and column tiles of 16 blocks) and row counts that are not multiples of
+// kernels' row chunks of 8 and column tiles) and row counts that are not multiples of
 // the 16-row groups. Targets without a packed kernel must ignore `packed` and read the rows.
 TEST_P(MatMulTypes, PackedLayoutMatchesReference) {
   const DType t = GetParam();
@@ -152,13 +152,14 @@ TEST_P(MatMulTypes, PackedLayoutMatchesReference) {
       w.view.packed = dst;
       ++packed_shapes;
     }
-    for (int64_t m : {1, 2, 3, 8, 9, 16, 17, 33}) {
+    // Every row-chunk width of the kernels (1..8), chunk tails (9, 13), and m past kPackedMaxM.
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 33}) {
       const auto x = kernels::RandomVector(m * s.cols, 500 + m);
       kernels::ForEachTarget([&](const std::string& target) { ExpectMatchesRef(w.view, x, m, pool, target); });
     }
   }
-  // The layout exists for Q8_0 on AVX-512 VNNI CPUs; elsewhere MatMul reads the rows.
-  if (t == DType::kQ8_0 && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) {
+  // The layout exists for Q8_0 and Q4_K on AVX-512 VNNI CPUs; elsewhere MatMul reads the rows.
+  if ((t == DType::kQ8_0 || t == DType::kQ4_K) && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) {
     EXPECT_EQ(packed_shapes, 5);
   }
 }

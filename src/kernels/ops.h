@@ -24,8 +24,8 @@ struct WeightView {
 };
 
 // Bytes of the packed layout of a rows x cols matrix of `type` on this CPU, or 0 when this CPU has
-// no packed kernel for the type (today: Q8_0 on AVX-512 VNNI, where decode reads 16 weight rows
-// per vector instead of one, see kernels/matmul_packed-inl.h).
+// no packed kernel for the type (today: Q8_0 and Q4_K on AVX-512 VNNI, where decode reads 16
+// weight rows per vector instead of one, see kernels/matmul_packed-inl.h).
 size_t PackedBytes(DType type, int64_t rows, int64_t cols);
 // Writes the packed layout of w to dst (64-byte aligned, PackedBytes(w.type, w.rows, w.cols) bytes).
 void PackWeights(const WeightView& w, void* dst, ThreadPool& pool);
