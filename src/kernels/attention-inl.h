@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "hwy/highway.h"
 #include "kernels/elementwise-inl.h"  // SoftmaxImpl, LoadTail
@@ -116,25 +117,27 @@ HWY_INLINE void GroupValues(const float* HWY_RESTRICT p, int head_dim_v, const f
 template <int kQ>
 HWY_INLINE void AttentionGroupN(const float* q, int head_dim, int head_dim_v, const float* k, int64_t k_stride,
                                 const float* v, int64_t v_stride, const int32_t* cells, int n, float scale,
-                                float* scores, float* out) {
+                                const float* sinks, float* scores, float* out) {
   GroupScores<kQ>(q, head_dim, k, k_stride, cells, n, scale, scores);
-  for (int h = 0; h < kQ; ++h) SoftmaxImpl(scores + static_cast<int64_t>(h) * n, n);
+  for (int h = 0; h < kQ; ++h)
+    SoftmaxWithExtra(scores + static_cast<int64_t>(h) * n, n, sinks ? sinks[h] : -std::numeric_limits<float>::infinity());
   GroupValues<kQ>(scores, head_dim_v, v, v_stride, cells, n, out);
 }
 
 inline void AttentionGroupImpl(const float* q, int n_q, int head_dim, int head_dim_v, const float* k,
                                int64_t k_stride, const float* v, int64_t v_stride, const int32_t* cells, int n,
-                               float scale, float* scores, float* out) {
+                               float scale, const float* sinks, float* scores, float* out) {
   // Up to 4 heads per pass (4 x 2 value accumulators + loads fit the 16 registers of AVX2); larger
   // groups take several passes over the rows.
   for (int h0 = 0; h0 < n_q; h0 += 4) {
     const float* qh = q + static_cast<int64_t>(h0) * head_dim;
     float* oh = out + static_cast<int64_t>(h0) * head_dim_v;
+    const float* sh = sinks ? sinks + h0 : nullptr;
     switch (std::min(4, n_q - h0)) {
-      case 1: AttentionGroupN<1>(qh, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale, scores, oh); break;
-      case 2: AttentionGroupN<2>(qh, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale, scores, oh); break;
-      case 3: AttentionGroupN<3>(qh, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale, scores, oh); break;
-      default: AttentionGroupN<4>(qh, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale, scores, oh); break;
+      case 1: AttentionGroupN<1>(qh, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale, sh, scores, oh); break;
+      case 2: AttentionGroupN<2>(qh, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale, sh, scores, oh); break;
+      case 3: AttentionGroupN<3>(qh, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale, sh, scores, oh); break;
+      default: AttentionGroupN<4>(qh, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale, sh, scores, oh); break;
     }
   }
 }

@@ -16,10 +16,10 @@ HWY_EXPORT(AttentionGroupImpl);
 
 namespace ops {
 void AttentionGroup(const float* q, int n_q, int head_dim, int head_dim_v, const float* k, int64_t k_stride,
-                    const float* v, int64_t v_stride, const int32_t* cells, int n, float scale, float* scores,
-                    float* out) {
+                    const float* v, int64_t v_stride, const int32_t* cells, int n, float scale, const float* sinks,
+                    float* scores, float* out) {
   HWY_DYNAMIC_DISPATCH(AttentionGroupImpl)(q, n_q, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale,
-                                           scores, out);
+                                           sinks, scores, out);
 }
 }  // namespace ops
 }  // namespace dspark

@@ -77,11 +77,13 @@ inline void RmsNormImpl(const float* x, const float* weight, float eps, int64_t 
   Map2(d, x, weight, n, y, [&](auto v, auto w) { return hn::Mul(hn::Mul(v, inv), w); });
 }
 
-inline void SoftmaxImpl(float* x, int64_t n) {
+// Softmax over x[0, n) and one more logit `extra` that takes probability mass but has no output
+// (an attention sink); extra = -inf is the plain softmax.
+inline void SoftmaxWithExtra(float* x, int64_t n, float extra) {
   const hn::ScalableTag<float> d;
   const int64_t N = hn::Lanes(d);
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  auto vmax = hn::Set(d, kNegInf);
+  auto vmax = hn::Set(d, extra);
   int64_t i = 0;
   for (; i + N <= n; i += N) vmax = hn::Max(vmax, hn::LoadU(d, x + i));
   if (i < n) vmax = hn::Max(vmax, LoadTail(d, x + i, n - i, kNegInf));
@@ -103,9 +105,12 @@ inline void SoftmaxImpl(float* x, int64_t n) {
     vsum = hn::Add(vsum, e);
     StoreTail(e, d, x + i, n - i);
   }
-  const auto inv = hn::Set(d, 1.0f / hn::GetLane(hn::SumOfLanes(d, vsum)));
+  const float extra_mass = extra == kNegInf ? 0.0f : std::exp(extra - max);
+  const auto inv = hn::Set(d, 1.0f / (hn::GetLane(hn::SumOfLanes(d, vsum)) + extra_mass));
   Map1(d, x, n, x, [&](auto v) { return hn::Mul(v, inv); });
 }
+
+inline void SoftmaxImpl(float* x, int64_t n) { SoftmaxWithExtra(x, n, -std::numeric_limits<float>::infinity()); }
 
 // silu(g) = g / (1 + exp(-g))
 inline void SiluMulImpl(const float* gate, const float* up, int64_t n, float* out) {

@@ -24,7 +24,7 @@ struct WeightView {
 };
 
 // Bytes of the packed layout of a rows x cols matrix of `type` on this CPU, or 0 when this CPU has
-// no packed kernel for the type (today: Q8_0 and Q4_K on AVX-512 VNNI, where decode reads 16
+// no packed kernel for the type (today: Q8_0, Q4_K and Q6_K on AVX-512 VNNI, where decode reads 16
 // weight rows per vector instead of one, see kernels/matmul_packed-inl.h).
 size_t PackedBytes(DType type, int64_t rows, int64_t cols);
 // Writes the packed layout of w to dst (64-byte aligned, PackedBytes(w.type, w.rows, w.cols) bytes).
@@ -71,9 +71,10 @@ void Scale(float alpha, int64_t n, float* x);
 // Attention of one query position for the n_q query heads that share one K/V head (a GQA group):
 //   out[h] = Σ_t softmax_t(scale · q[h]·K_t) · V_t,   K_t = k + cells[t]·k_stride, V_t = v + cells[t]·v_stride
 // q: [n_q][head_dim], out: [n_q][head_dim_v], scores: scratch of n_q·n floats. Each K and V row is
-// read once for the whole group. n = 0 gives zeros.
+// read once for the whole group. sinks (nullptr: none): one extra logit per head that takes part
+// in the softmax but contributes no value (attention sinks). n = 0 gives zeros.
 void AttentionGroup(const float* q, int n_q, int head_dim, int head_dim_v, const float* k, int64_t k_stride,
-                    const float* v, int64_t v_stride, const int32_t* cells, int n, float scale, float* scores,
-                    float* out);
+                    const float* v, int64_t v_stride, const int32_t* cells, int n, float scale, const float* sinks,
+                    float* scores, float* out);
 
 }  // namespace dspark::ops

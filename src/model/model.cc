@@ -203,7 +203,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
       float* o = s.att.data() + static_cast<size_t>(i) * c.n_head * c.head_dim_v + static_cast<size_t>(kvh) * group * c.head_dim_v;
       ops::AttentionGroup(q, group, c.head_dim, c.head_dim_v, cache.K(il, seq, kvh, 0), c.head_dim,
                           cache.V(il, seq, kvh, 0), c.head_dim_v, visible[i].data(),
-                          static_cast<int>(visible[i].size()), scale, scores[thread].data(), o);
+                          static_cast<int>(visible[i].size()), scale, /*sinks=*/nullptr, scores[thread].data(), o);
     });
     ops::MatMul(L.wo, s.att.data(), n, s.tmp.data(), pool);
     ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());

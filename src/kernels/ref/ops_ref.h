@@ -55,9 +55,10 @@ inline void Scale(float alpha, int64_t n, float* x) {
 
 // Attention of one query position for a GQA group (ops::AttentionGroup), in double precision.
 inline void AttentionGroup(const float* q, int n_q, int head_dim, int head_dim_v, const float* k, int64_t k_stride,
-                           const float* v, int64_t v_stride, const int32_t* cells, int n, float scale, float* out) {
+                           const float* v, int64_t v_stride, const int32_t* cells, int n, float scale,
+                           const float* sinks, float* out) {
   for (int h = 0; h < n_q; ++h) {
-    double max = -std::numeric_limits<double>::infinity();
+    double max = sinks ? sinks[h] : -std::numeric_limits<double>::infinity();
     std::vector<double> s(static_cast<size_t>(n));
     for (int t = 0; t < n; ++t) {
       double dot = 0;
@@ -65,7 +66,7 @@ inline void AttentionGroup(const float* q, int n_q, int head_dim, int head_dim_v
       s[t] = dot * scale;
       max = s[t] > max ? s[t] : max;
     }
-    double sum = 0;
+    double sum = sinks ? std::exp(sinks[h] - max) : 0.0;
     for (int t = 0; t < n; ++t) sum += (s[t] = std::exp(s[t] - max));
     for (int i = 0; i < head_dim_v; ++i) {
       double o = 0;

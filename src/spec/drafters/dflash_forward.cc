@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <limits>
 
 #include "kernels/ops.h"
@@ -103,7 +104,11 @@ Status DflashForward::Run(const float* feats, int n_ctx_rows, std::span<const in
   const int group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   scores_.resize(pool.num_threads());
-  for (auto& s : scores_) s.resize(n_cells + n_blk + 1);
+  for (auto& s : scores_) s.resize(static_cast<size_t>(group) * (n_cells + n_blk));
+  if (cells_.size() < static_cast<size_t>(n_cells + n_blk)) {
+    cells_.resize(n_cells + n_blk);
+    std::iota(cells_.begin(), cells_.end(), 0);
+  }
 
   for (int il = 0; il < c.n_layer; ++il) {
     const DflashLayer& L = w.layers[il];
@@ -119,21 +124,17 @@ Status DflashForward::Run(const float* feats, int n_ctx_rows, std::span<const in
       NormRope(rope_, ct, st, L.k_norm, c.rms_eps, c.n_head_kv, c.head_dim, k);
       cache_.Write(il, 0, n_cells + i, k, v_.data() + static_cast<size_t>(i) * kv_dim);
     }
-    pool.ParallelFor(static_cast<int64_t>(n_blk) * c.n_head, [&](int64_t task, int thread) {
-      const int i = static_cast<int>(task / c.n_head);
-      const int hh = static_cast<int>(task % c.n_head);
-      const int kvh = hh / group;
-      const float* q = q_.data() + static_cast<size_t>(i) * c.q_dim() + hh * c.head_dim;
-      float* sc = scores_[thread].data();
+    // One task per (block row, K/V head); the context and the block rows it sees are cells
+    // 0..n_vis-1. An attention sink is one more logit per head that contributes no value.
+    pool.ParallelFor(static_cast<int64_t>(n_blk) * c.n_head_kv, [&](int64_t task, int thread) {
+      const int i = static_cast<int>(task / c.n_head_kv);
+      const int kvh = static_cast<int>(task % c.n_head_kv);
+      const size_t head0 = static_cast<size_t>(kvh) * group;
       const int n_vis = n_cells + (c.causal ? i + 1 : n_blk);
-      for (int k = 0; k < n_vis; ++k) sc[k] = ops::Dot(q, cache_.K(il, 0, kvh, k), c.head_dim) * scale;
-      // An attention sink is one more logit in the softmax that contributes no value.
-      const bool sink = !L.attn_sinks.empty();
-      if (sink) sc[n_vis] = L.attn_sinks[hh];
-      ops::Softmax(sc, n_vis + (sink ? 1 : 0));
-      float* o = att_.data() + static_cast<size_t>(i) * c.q_dim() + hh * c.head_dim;
-      std::fill(o, o + c.head_dim, 0.0f);
-      for (int k = 0; k < n_vis; ++k) ops::Axpy(sc[k], cache_.V(il, 0, kvh, k), c.head_dim, o);
+      ops::AttentionGroup(q_.data() + static_cast<size_t>(i) * c.q_dim() + head0 * c.head_dim, group, c.head_dim,
+                          c.head_dim, cache_.K(il, 0, kvh, 0), c.head_dim, cache_.V(il, 0, kvh, 0), c.head_dim,
+                          cells_.data(), n_vis, scale, L.attn_sinks.empty() ? nullptr : L.attn_sinks.data() + head0,
+                          scores_[thread].data(), att_.data() + static_cast<size_t>(i) * c.q_dim() + head0 * c.head_dim);
     });
     ops::MatMul(L.wo, att_.data(), n_blk, tmp_.data(), pool);
     ops::Add(tmp_.data(), static_cast<int64_t>(n_blk) * E, x_.data());

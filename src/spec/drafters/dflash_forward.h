@@ -48,6 +48,7 @@ class DflashForward {
   // Scratch, reused across calls.
   std::vector<float> g_, kv_, x_, h_, q_, k_, v_, att_, tmp_, gate_, up_, cos_, sin_;
   std::vector<std::vector<float>> scores_;
+  std::vector<int32_t> cells_;  // 0, 1, 2, ...: the cells attention reads (a prefix of the cache)
 };
 
 }  // namespace dspark
