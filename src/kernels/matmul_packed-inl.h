@@ -151,6 +151,7 @@ inline size_t PackedBytesImpl(DType type, int64_t rows, int64_t cols) {
   switch (type) {
     case DType::kQ8_0: return bytes(PackedQ8_0());
     case DType::kQ4_K: return HasGfni() ? bytes(PackedQ4_K()) : 0;
+    case DType::kQ6_K: return HasGfni() ? bytes(PackedQ6_K()) : 0;
     default: return 0;
   }
 }
@@ -159,6 +160,7 @@ inline void PackWeightsImpl(const ops::WeightView& w, void* dst, ThreadPool& poo
   switch (w.type) {
     case DType::kQ8_0: PackGroups<PackedQ8_0>(w, dst, pool); break;
     case DType::kQ4_K: PackGroups<PackedQ4_K>(w, dst, pool); break;
+    case DType::kQ6_K: PackGroups<PackedQ6_K>(w, dst, pool); break;
     default: break;
   }
 }
@@ -168,6 +170,7 @@ inline void MatMulPackedImpl(const ops::WeightView& w, const float* x, int64_t m
     switch (w.type) {
       case DType::kQ8_0: MatMulPackedRun<PackedQ8_0>(w, x, m, y, pool); return;
       case DType::kQ4_K: MatMulPackedRun<PackedQ4_K>(w, x, m, y, pool); return;
+      case DType::kQ6_K: MatMulPackedRun<PackedQ6_K>(w, x, m, y, pool); return;
       default: break;
     }
   }

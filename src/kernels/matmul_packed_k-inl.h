@@ -16,9 +16,19 @@
 // into an exact int32 Σ q·a, then g += cvt(Σ q·a) * sc_s. Per super-block and row: the min term
 // Σ_s m_s * Σ_s a exactly in int32 (4 vpdpwssd on int16 pairs), and
 //   f += da * (d * g - dmin * cvt(min sum))
-// (Q8_K has one da per 256 columns, so d, dmin and da multiply once per super-block). That is
-// ~10 vector instructions per row, sub-block and activation row plus ~10 shared, against ~18 per
-// row for the row layout's fused dot (DotKVnni).
+// (Q8_K has one da per 256 columns, so d, dmin and da multiply once per super-block). That is ~10
+// vector instructions per activation row for the 512 weights of a sub-block, plus ~10 shared by
+// all rows; the row layout's fused dot (DotKVnni) spends ~70 per activation row on them.
+//
+// Q6_K (ggml block_q6_K: x = d*sc_s*(q - 32), q in [0, 63], 16 sub-blocks s of 16 columns, int8
+// sc), per group: [super-blocks][16 rows] fp16 d (padded to 64 bytes), then per super-block
+// 3328 bytes (the rows' 3360 less the d):
+//   [16 sub-blocks][16 rows] int8 sc                                                  (256 bytes)
+//   [16 sub-blocks][3 planes][16 rows][4 bytes]: byte k of plane i holds q of column 4i + k in
+//     bits 0-5 and bits 2i, 2i+1 of q of column 12 + k in bits 6-7                   (3072 bytes)
+// So three operands are one and each, the fourth is the planes' top bits gathered by 3 GFNI
+// affines and one ternary or. The -32 is removed exactly in integers: each sub-block's
+// accumulator starts at -32 * Σ a (as matmul_vnni-inl.h removes its offsets).
 #if defined(DSPARK_KERNELS_MATMUL_PACKED_K_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef DSPARK_KERNELS_MATMUL_PACKED_K_INL_H_
 #undef DSPARK_KERNELS_MATMUL_PACKED_K_INL_H_
@@ -189,6 +199,135 @@ struct PackedQ4_K {
         const __m512 h = _mm512_fnmadd_ps(CvtI32(mins[j]), dmin, _mm512_mul_ps(gs[j], d));
         f[j] = _mm512_fmadd_ps(h, _mm512_set1_ps(da[j][8 * u]), f[j]);
       }
+    }
+    for (int j = 0; j < kM; ++j) _mm512_store_ps(f_io + 16 * j, f[j]);
+  }
+};
+
+// Q6_K, laid out as the top of the file describes.
+struct PackedQ6_K {
+  static constexpr int64_t kUnitCols = kQK_K;
+  static constexpr int64_t kScaleBytes = 16 * kPackedRows;  // int8 sc
+  static constexpr int64_t kSubBytes = 3 * 64;               // 16 columns of 16 rows at 6 bits
+  static constexpr int64_t kUnitBytes = kScaleBytes + 16 * kSubBytes;
+  static constexpr int kSub = 16;
+  static constexpr bool kKQuant = true;
+  // 3 super-blocks of 16 rows = 9.75 KiB.
+  static constexpr int64_t kTileUnits = 3;
+  static_assert(kUnitBytes % 64 == 0);
+  static constexpr int64_t kPrefetch = PackedQ4_K::kPrefetch;
+
+  // The d of all super-blocks: [units][16 rows] fp16.
+  static int64_t HeaderBytes(int64_t units) {
+    return static_cast<int64_t>(kernels::RoundUp(static_cast<size_t>(units * kPackedRows * 2), 64));
+  }
+
+  // Plane i < 3 of sub-block s, byte k of row l: bits 0-5 = q of column 4i + k, bits 6-7 = bits
+  // 2i, 2i + 1 of q of column 12 + k.
+  static void PackGroup(const ops::WeightView& w, const PackedLayout& g, int64_t group, uint8_t* dst) {
+    const size_t row_bytes = RowBytes(w.type, w.cols);
+    std::memset(dst, 0, static_cast<size_t>(g.group_bytes));  // padding rows: d = 0, q = 0
+    auto* d = reinterpret_cast<uint16_t*>(dst);
+    for (int64_t l = 0; l < kPackedRows; ++l) {
+      const int64_t r = group * kPackedRows + l;
+      if (r >= w.rows) break;
+      const auto* blk =
+          reinterpret_cast<const BlockQ6_K*>(static_cast<const uint8_t*>(w.data) + r * row_bytes);
+      for (int64_t u = 0; u < g.units; ++u) {
+        d[u * kPackedRows + l] = blk[u].d;
+        uint8_t* sb = dst + g.header_bytes + u * kUnitBytes;
+        for (int s = 0; s < 16; ++s) sb[kPackedRows * s + l] = static_cast<uint8_t>(blk[u].scales[s]);
+        uint8_t q[kQK_K];  // element order, unsigned (ref::KBlock without the -32)
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t* ql = blk[u].ql + 64 * half;
+          const uint8_t* qh = blk[u].qh + 32 * half;
+          uint8_t* qq = q + 128 * half;
+          for (int i = 0; i < 32; ++i) {
+            qq[i] = static_cast<uint8_t>((ql[i] & 0xF) | (((qh[i] >> 0) & 3) << 4));
+            qq[i + 32] = static_cast<uint8_t>((ql[i + 32] & 0xF) | (((qh[i] >> 2) & 3) << 4));
+            qq[i + 64] = static_cast<uint8_t>((ql[i] >> 4) | (((qh[i] >> 4) & 3) << 4));
+            qq[i + 96] = static_cast<uint8_t>((ql[i + 32] >> 4) | (((qh[i] >> 6) & 3) << 4));
+          }
+        }
+        for (int s = 0; s < 16; ++s) {
+          uint8_t* planes = sb + kScaleBytes + s * kSubBytes;
+          for (int i = 0; i < 3; ++i)
+            for (int k = 0; k < 4; ++k)
+              planes[64 * i + 4 * l + k] =
+                  static_cast<uint8_t>(q[16 * s + 4 * i + k] | (((q[16 * s + 12 + k] >> (2 * i)) & 3) << 6));
+        }
+      }
+    }
+  }
+
+  // corr = -32 * Σ a per sub-block: starting the accumulator there makes it Σ (q - 32) * a.
+  static void PrepareActs(const PackedActs& pa, int64_t j) {
+    const int8_t* q = pa.q + j * pa.cols;
+    for (int64_t s = 0; s < pa.nsub; ++s) {
+      int32_t sum = 0;
+      for (int k = 0; k < 16; ++k) sum += q[16 * s + k];
+      pa.corr[j * pa.nsub + s] = -32 * sum;
+    }
+  }
+
+  // Per sub-block, shared: the 4 unsigned operands (3 x and, and the fourth from the planes' top
+  // bits: 3 GFNI affine + 1 ternary or) and sc as float. Per activation row: 4 vpdpbusd from the
+  // offset correction, g += cvt(Σ (q - 32)·a) * sc_s. Per super-block and row: f += g * d * da.
+  template <int kM>
+  DSPARK_VNNI_GFNI_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g,
+                                           int64_t u0, int64_t u1, const PackedActs& pa, int64_t j0,
+                                           float* HWY_RESTRICT f_io) {
+    const __m512i m6 = _mm512_set1_epi8(0x3F);
+    // Bits 6-7 of each byte to bits 2i, 2i + 1 (i = plane), zeros elsewhere.
+    const __m512i top0 = _mm512_set1_epi64(0x4080000000000000LL);
+    const __m512i top1 = _mm512_set1_epi64(0x0000408000000000LL);
+    const __m512i top2 = _mm512_set1_epi64(0x0000000040800000LL);
+    const auto* dh = reinterpret_cast<const __m256i*>(group);
+    const int32_t* a[kM];
+    const float* da[kM];
+    const int32_t* corr[kM];
+    __m512 f[kM];
+    for (int j = 0; j < kM; ++j) {
+      a[j] = reinterpret_cast<const int32_t*>(pa.q + (j0 + j) * pa.cols);
+      da[j] = pa.da + (j0 + j) * pa.nsub;
+      corr[j] = pa.corr + (j0 + j) * pa.nsub;
+      f[j] = _mm512_load_ps(f_io + 16 * j);
+    }
+    for (int64_t u = u0; u < u1; ++u) {
+      const uint8_t* sb = group + g.header_bytes + u * kUnitBytes;
+      __m512 gs[kM];
+      for (int j = 0; j < kM; ++j) gs[j] = _mm512_setzero_ps();
+      for (int s = 0; s < 16; ++s) {
+        // 52 cache lines per super-block: 4 per sub-block, kPrefetch bytes ahead.
+        if constexpr (kPrefetch > 0) {
+          for (int i = 4 * s; i < 4 * s + 4 && i < kUnitBytes / 64; ++i)
+            _mm_prefetch(reinterpret_cast<const char*>(sb + kPrefetch + 64 * i), _MM_HINT_T0);
+        }
+        const __m128i sc8 = _mm_load_si128(reinterpret_cast<const __m128i*>(sb + kPackedRows * s));
+        const __m512 sc = CvtI32(_mm512_maskz_cvtepi8_epi32(0xFFFF, sc8));
+        const uint8_t* planes = sb + kScaleBytes + s * kSubBytes;
+        const __m512i p0 = _mm512_load_si512(planes);
+        const __m512i p1 = _mm512_load_si512(planes + 64);
+        const __m512i p2 = _mm512_load_si512(planes + 128);
+        const __m512i x0 = _mm512_and_si512(p0, m6);
+        const __m512i x1 = _mm512_and_si512(p1, m6);
+        const __m512i x2 = _mm512_and_si512(p2, m6);
+        const __m512i x3 = _mm512_ternarylogic_epi32(_mm512_gf2p8affine_epi64_epi8(p0, top0, 0),
+                                                     _mm512_gf2p8affine_epi64_epi8(p1, top1, 0),
+                                                     _mm512_gf2p8affine_epi64_epi8(p2, top2, 0), 0xFE);
+        const int64_t aw = 64 * u + 4 * s;  // first activation dword of the sub-block
+        for (int j = 0; j < kM; ++j) {
+          __m512i acc = _mm512_set1_epi32(corr[j][16 * u + s]);
+          acc = _mm512_dpbusd_epi32(acc, x0, _mm512_set1_epi32(a[j][aw]));
+          acc = _mm512_dpbusd_epi32(acc, x1, _mm512_set1_epi32(a[j][aw + 1]));
+          acc = _mm512_dpbusd_epi32(acc, x2, _mm512_set1_epi32(a[j][aw + 2]));
+          acc = _mm512_dpbusd_epi32(acc, x3, _mm512_set1_epi32(a[j][aw + 3]));
+          gs[j] = _mm512_fmadd_ps(CvtI32(acc), sc, gs[j]);
+        }
+      }
+      const __m512 d = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(dh + u));
+      for (int j = 0; j < kM; ++j)
+        f[j] = _mm512_fmadd_ps(_mm512_mul_ps(gs[j], d), _mm512_set1_ps(da[j][16 * u]), f[j]);
     }
     for (int j = 0; j < kM; ++j) _mm512_store_ps(f_io + 16 * j, f[j]);
   }

@@ -158,8 +158,9 @@ TEST_P(MatMulTypes, PackedLayoutMatchesReference) {
       kernels::ForEachTarget([&](const std::string& target) { ExpectMatchesRef(w.view, x, m, pool, target); });
     }
   }
-  // The layout exists for Q8_0 and Q4_K on AVX-512 VNNI CPUs; elsewhere MatMul reads the rows.
-  if ((t == DType::kQ8_0 || t == DType::kQ4_K) && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) {
+  // The layout exists for Q8_0, Q4_K and Q6_K on AVX-512 VNNI CPUs; elsewhere MatMul reads the rows.
+  const bool has_layout = t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+  if (has_layout && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) {
     EXPECT_EQ(packed_shapes, 5);
   }
 }

@@ -1,7 +1,7 @@
 // Owner of the packed copies of a model's weight matrices (ops::PackWeights): on CPUs with a
-// packed kernel (Q8_0, Q4_K on AVX-512 VNNI), decode and verification read 16 weight rows per
-// vector instead of one row at a time, about twice the decode speed of the row layout. Each view
-// keeps pointing at its original rows too: the token embedding is looked up row by row, and
+// packed kernel (Q8_0, Q4_K, Q6_K on AVX-512 VNNI), decode and verification read 16 weight rows
+// per vector instead of one row at a time, about twice the decode speed of the row layout. Each
+// view keeps pointing at its original rows too: the token embedding is looked up row by row, and
 // prefill-sized batches still run the row-layout kernels.
 #pragma once
 
