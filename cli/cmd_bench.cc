@@ -29,6 +29,7 @@ struct BenchFlags {
   int n_decode = 128;
   bool json = false;
   bool no_repack = false;
+  DType cache_type = DType::kF16;
 };
 
 struct Summary {
@@ -72,7 +73,7 @@ int RunPlainBench(const BenchFlags& f) {
   const ModelConfig& c = model.config();
   ThreadPool pool(f.threads > 0 ? f.threads : ThreadPool::DefaultThreadCount());
   const int n_ctx = f.n_prefill + f.n_decode + 64;
-  KvCache cache(c, 1, n_ctx);
+  KvCache cache(c, 1, n_ctx, f.cache_type);
   auto token = [&](int i) { return static_cast<int32_t>((i * 7919 + 13) % c.n_vocab); };
   auto run = [&](int n_rows, int start, bool all_logits) -> Status {
     Batch b;
@@ -119,6 +120,7 @@ int RunPlainBench(const BenchFlags& f) {
   j["model"] = f.model;
   j["threads"] = pool.num_threads();
   j["repacked_bytes"] = model.PackedBytes();
+  j["cache_type"] = f.cache_type == DType::kF16 ? "f16" : "f32";
   j["prefill_tokens"] = f.n_prefill;
   j["prefill_tok_s"] = pf.median;
   j["prefill_tok_s_min"] = pf.min;
@@ -165,6 +167,9 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--decode", f->n_decode, "Decode length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub->add_flag("--json", f->json, "Print one JSON object (--plain)");
   sub->add_flag("--no-repack", f->no_repack, kNoRepackHelp);
+  sub->add_option("--cache-type,--ctk", f->cache_type, kCacheTypeHelp)
+      ->transform(CLI::CheckedTransformer(kCacheTypes, CLI::ignore_case))
+      ->default_str("f16");
   // Speculative sweep (--spec).
   sub->add_flag("--spec", *spec, "Plain decoding and a grid of speculative settings on the same prompts");
   sub->add_option("--model-draft,--md", sf->drafter.draft_model, "Draft model GGUF (draft-simple)");

@@ -28,6 +28,7 @@ struct ServeFlags {
   std::string chat_template_file;
   DrafterConfig drafter;
   bool no_repack = false;
+  DType cache_type = DType::kF16;
   ScheduleOptions schedule;
 };
 
@@ -60,6 +61,7 @@ int RunServe(ServeFlags f) {
   bo.n_parallel = f.parallel;
   bo.n_ctx = n_ctx;
   bo.prefill_chunk = f.prefill_chunk;
+  bo.kv_type = f.cache_type;
   bo.schedule = f.schedule;
   BatchEngine engine(model, tok, pool, bo, drafter->get());
   if (bo.schedule.adaptive && *drafter != nullptr) {
@@ -124,6 +126,9 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("--port", f->server.port, "Port to bind")->capture_default_str()->check(CLI::Range(1, 65535));
   sub->add_option("--parallel", f->parallel, "Sequences decoded together (slots)")->capture_default_str()->check(CLI::Range(1, 256));
   sub->add_option("-c,--ctx-size", f->ctx_size, "Context per sequence (default: min(train context, 4096))");
+  sub->add_option("--cache-type,--ctk", f->cache_type, kCacheTypeHelp)
+      ->transform(CLI::CheckedTransformer(kCacheTypes, CLI::ignore_case))
+      ->default_str("f16");
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
   sub->add_option("--api-key", f->server.api_key, "Require \"Authorization: Bearer KEY\" on every /v1 endpoint");
   sub->add_option("--max-queue", f->server.max_queue, "Requests waiting beyond --parallel before 429")->capture_default_str()->check(CLI::Range(0, 100000));

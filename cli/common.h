@@ -1,6 +1,7 @@
 // Pieces shared by the subcommands: loading a model with its tokenizer.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -15,6 +16,10 @@ struct LoadedModel {
 };
 
 Result<LoadedModel> LoadModelAndTokenizer(const std::string& path, const ModelOptions& options = {});
+
+// --cache-type: the KV cache element type, as llama.cpp's cache types are named.
+inline const std::map<std::string, DType> kCacheTypes = {{"f16", DType::kF16}, {"f32", DType::kF32}};
+inline constexpr const char* kCacheTypeHelp = "KV cache element type: f16 (half the attention traffic) or f32";
 
 // The --no-repack flag help text (generate, bench, serve).
 inline constexpr const char* kNoRepackHelp =

@@ -15,6 +15,7 @@
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "util/fp16.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace dspark {
@@ -130,6 +131,26 @@ inline void AxpyImpl(float alpha, const float* x, int64_t n, float* y) {
   const hn::ScalableTag<float> d;
   const auto a = hn::Set(d, alpha);
   Map2(d, x, y, n, y, [&](auto xv, auto yv) { return hn::MulAdd(a, xv, yv); });
+}
+
+inline void ConvertToF16Impl(const float* HWY_RESTRICT x, int64_t n, uint16_t* HWY_RESTRICT dst) {
+#if (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX2) || HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+  // No F16C: Highway emulates the conversion and saturates overflow to the largest half; the
+  // scalar converter rounds (and overflows to infinity) exactly as vcvtps2ph does.
+  for (int64_t i = 0; i < n; ++i) dst[i] = F32ToF16(x[i]);
+#else
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
+  const int64_t N = hn::Lanes(d);
+  auto* out = reinterpret_cast<hwy::float16_t*>(dst);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(d, x + i)), dh, out + i);
+  if (i < n) {
+    HWY_ALIGN hwy::float16_t buf[hn::MaxLanes(d)];
+    hn::Store(hn::DemoteTo(dh, LoadTail(d, x + i, n - i)), dh, buf);
+    for (int64_t k = 0; k < n - i; ++k) out[i + k] = buf[k];
+  }
+#endif
 }
 
 inline void ScaleImpl(float alpha, int64_t n, float* x) {

@@ -19,6 +19,7 @@ HWY_EXPORT(AddImpl);
 HWY_EXPORT(DotF32);
 HWY_EXPORT(AxpyImpl);
 HWY_EXPORT(ScaleImpl);
+HWY_EXPORT(ConvertToF16Impl);
 
 namespace ops {
 void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* y) {
@@ -34,6 +35,7 @@ void Axpy(float alpha, const float* x, int64_t n, float* y) {
   HWY_DYNAMIC_DISPATCH(AxpyImpl)(alpha, x, n, y);
 }
 void Scale(float alpha, int64_t n, float* x) { HWY_DYNAMIC_DISPATCH(ScaleImpl)(alpha, n, x); }
+void ConvertToF16(const float* x, int64_t n, uint16_t* dst) { HWY_DYNAMIC_DISPATCH(ConvertToF16Impl)(x, n, dst); }
 }  // namespace ops
 }  // namespace dspark
 #endif  // HWY_ONCE

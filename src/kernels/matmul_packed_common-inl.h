@@ -66,7 +66,7 @@ struct PackedActs {
 };
 
 // Bytes ahead of the weight loads that the kernels prefetch.
-inline constexpr int64_t kPackedPrefetch = 1024;
+inline constexpr int64_t kPackedPrefetch = 4096;
 // Activation rows per kernel pass: 8 float accumulators plus the int32 ones and the unpacked
 // weights fit the 32 zmm registers.
 inline constexpr int64_t kPackedRowChunk = 8;

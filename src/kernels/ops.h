@@ -67,14 +67,17 @@ float Dot(const float* a, const float* b, int64_t n);
 void Axpy(float alpha, const float* x, int64_t n, float* y);
 // x[i] *= alpha
 void Scale(float alpha, int64_t n, float* x);
+// dst[i] = x[i] rounded to IEEE half (round to nearest even), as F16C's vcvtps2ph.
+void ConvertToF16(const float* x, int64_t n, uint16_t* dst);
 
 // Attention of one query position for the n_q query heads that share one K/V head (a GQA group):
 //   out[h] = Σ_t softmax_t(scale · q[h]·K_t) · V_t,   K_t = k + cells[t]·k_stride, V_t = v + cells[t]·v_stride
+// K and V hold kv_type elements (F32 or F16; strides count elements), q and out are float.
 // q: [n_q][head_dim], out: [n_q][head_dim_v], scores: scratch of n_q·n floats. Each K and V row is
 // read once for the whole group. sinks (nullptr: none): one extra logit per head that takes part
 // in the softmax but contributes no value (attention sinks). n = 0 gives zeros.
-void AttentionGroup(const float* q, int n_q, int head_dim, int head_dim_v, const float* k, int64_t k_stride,
-                    const float* v, int64_t v_stride, const int32_t* cells, int n, float scale, const float* sinks,
-                    float* scores, float* out);
+void AttentionGroup(const float* q, int n_q, int head_dim, int head_dim_v, DType kv_type, const void* k,
+                    int64_t k_stride, const void* v, int64_t v_stride, const int32_t* cells, int n, float scale,
+                    const float* sinks, float* scores, float* out);
 
 }  // namespace dspark::ops

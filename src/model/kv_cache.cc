@@ -3,14 +3,18 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/ops.h"
+
 namespace dspark {
 
-KvCache::KvCache(const ModelConfig& c, int n_seq, int n_ctx)
+KvCache::KvCache(const ModelConfig& c, int n_seq, int n_ctx, DType type)
     : n_layer_(c.n_layer), n_seq_(n_seq), n_ctx_(n_ctx), n_head_kv_(c.n_head_kv), head_dim_(c.head_dim),
-      head_dim_v_(c.head_dim_v),
-      k_(static_cast<size_t>(c.n_layer) * n_seq * n_ctx * c.kv_dim()),
-      v_(static_cast<size_t>(c.n_layer) * n_seq * n_ctx * c.v_dim()),
-      length_(n_seq, 0) {}
+      head_dim_v_(c.head_dim_v), type_(type), elem_(type == DType::kF16 ? 2 : 4),
+      k_(static_cast<size_t>(c.n_layer) * n_seq * n_ctx * c.kv_dim() * elem_),
+      v_(static_cast<size_t>(c.n_layer) * n_seq * n_ctx * c.v_dim() * elem_),
+      length_(n_seq, 0) {
+  DSPARK_CHECK_MSG(type == DType::kF16 || type == DType::kF32, "KvCache: type must be F16 or F32");
+}
 
 Status KvCache::CheckSeq(int seq) const {
   if (seq < 0 || seq >= n_seq_) return InvalidArgument("kv cache: sequence id {} out of range [0, {})", seq, n_seq_);
@@ -29,24 +33,33 @@ Status KvCache::Copy(int src, int dst) {
   DSPARK_TRY(CheckSeq(src));
   DSPARK_TRY(CheckSeq(dst));
   if (src == dst) return Status::Ok();
-  const int n = length_[src];
+  const size_t n = static_cast<size_t>(length_[src]);
   for (int l = 0; l < n_layer_; ++l) {
     for (int h = 0; h < n_head_kv_; ++h) {
-      std::memcpy(K(l, dst, h, 0), K(l, src, h, 0), n * head_dim_ * sizeof(float));
-      std::memcpy(V(l, dst, h, 0), V(l, src, h, 0), n * head_dim_v_ * sizeof(float));
+      std::memcpy(k_.data() + Offset(l, dst, h, 0) * head_dim_ * elem_, K(l, src, h, 0), n * head_dim_ * elem_);
+      std::memcpy(v_.data() + Offset(l, dst, h, 0) * head_dim_v_ * elem_, V(l, src, h, 0), n * head_dim_v_ * elem_);
     }
   }
-  length_[dst] = n;
+  length_[dst] = length_[src];
   return Status::Ok();
 }
 
+void KvCache::Store(const float* src, size_t n, uint8_t* dst) const {
+  if (type_ == DType::kF16) {
+    ops::ConvertToF16(src, static_cast<int64_t>(n), reinterpret_cast<uint16_t*>(dst));
+  } else {
+    std::memcpy(dst, src, n * sizeof(float));
+  }
+}
+
 void KvCache::WriteK(int layer, int seq, int cell, const float* k) {
-  for (int h = 0; h < n_head_kv_; ++h) std::memcpy(K(layer, seq, h, cell), k + h * head_dim_, head_dim_ * sizeof(float));
+  for (int h = 0; h < n_head_kv_; ++h)
+    Store(k + h * head_dim_, head_dim_, k_.data() + Offset(layer, seq, h, cell) * head_dim_ * elem_);
 }
 
 void KvCache::WriteV(int layer, int seq, int cell, const float* v) {
   for (int h = 0; h < n_head_kv_; ++h)
-    std::memcpy(V(layer, seq, h, cell), v + h * head_dim_v_, head_dim_v_ * sizeof(float));
+    Store(v + h * head_dim_v_, head_dim_v_, v_.data() + Offset(layer, seq, h, cell) * head_dim_v_ * elem_);
 }
 
 void KvCache::ClearAll() { std::fill(length_.begin(), length_.end(), 0); }

@@ -1,28 +1,32 @@
 // Per-sequence key/value cache. Each sequence owns `n_ctx` cells per layer; cells fill in order, so
 // rolling back rejected draft tokens is `Truncate(seq, n)` and forking a sequence is a copy.
+// A cell's RoPE position is whatever the batch row said (positions may repeat in token trees);
+// the cell index only orders the cache.
 // Layout: [layer][seq][kv head][cell][head_dim]: the keys of one head are contiguous, so attention
 // streams them sequentially (with the heads interleaved per cell, every key row started a new
 // 4 KiB page for Qwen3-0.6B, and a 512-token context cost as much as the weights).
-// A cell's RoPE position is whatever the batch row said (positions may repeat in token trees);
-// the cell index only orders the cache.
+// Element type: F16 by default (as llama.cpp's default cache type): half the bytes attention
+// streams per token; F32 keeps the projections exactly (the tight reference tests use it).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "model/config.h"
+#include "util/dtype.h"
 #include "util/status.h"
 
 namespace dspark {
 
 class KvCache {
  public:
-  // n_seq sequences of n_ctx cells each, sized for `config` (K and V stored as float32).
-  KvCache(const ModelConfig& config, int n_seq, int n_ctx);
+  // n_seq sequences of n_ctx cells each, sized for `config`; type is kF16 or kF32.
+  KvCache(const ModelConfig& config, int n_seq, int n_ctx, DType type = DType::kF16);
 
   int n_seq() const { return n_seq_; }
   int n_ctx() const { return n_ctx_; }
   int Length(int seq) const { return length_[seq]; }
+  DType type() const { return type_; }
 
   // Keeps the first n cells of `seq` (n <= Length(seq)): drops rejected draft tokens.
   Status Truncate(int seq, int n);
@@ -31,17 +35,16 @@ class KvCache {
   void Clear(int seq) { length_[seq] = 0; }
   void ClearAll();
 
-  // One head's key [head_dim] / value [head_dim_v] at `cell`; the next cell follows contiguously.
-  float* K(int layer, int seq, int head, int cell) { return k_.data() + Offset(layer, seq, head, cell) * head_dim_; }
-  float* V(int layer, int seq, int head, int cell) { return v_.data() + Offset(layer, seq, head, cell) * head_dim_v_; }
-  const float* K(int layer, int seq, int head, int cell) const {
-    return k_.data() + Offset(layer, seq, head, cell) * head_dim_;
+  // One head's key [head_dim] / value [head_dim_v] at `cell`, elements of type(); the next cell
+  // follows contiguously.
+  const void* K(int layer, int seq, int head, int cell) const {
+    return k_.data() + Offset(layer, seq, head, cell) * head_dim_ * elem_;
   }
-  const float* V(int layer, int seq, int head, int cell) const {
-    return v_.data() + Offset(layer, seq, head, cell) * head_dim_v_;
+  const void* V(int layer, int seq, int head, int cell) const {
+    return v_.data() + Offset(layer, seq, head, cell) * head_dim_v_ * elem_;
   }
   // Stores one cell's keys [n_head_kv * head_dim] and values [n_head_kv * head_dim_v] (all heads,
-  // as the projections produce them).
+  // as the projections produce them), converting to type().
   void Write(int layer, int seq, int cell, const float* k, const float* v) {
     WriteK(layer, seq, cell, k);
     WriteV(layer, seq, cell, v);
@@ -53,16 +56,19 @@ class KvCache {
   void Advance(int seq, int n) { length_[seq] += n; }
   Status CheckSeq(int seq) const;
 
-  size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  size_t bytes() const { return k_.size() + v_.size(); }
 
  private:
   size_t Offset(int layer, int seq, int head, int cell) const {
     return ((static_cast<size_t>(layer) * n_seq_ + seq) * n_head_kv_ + head) * n_ctx_ + cell;
   }
+  void Store(const float* src, size_t n, uint8_t* dst) const;
 
   int n_layer_, n_seq_, n_ctx_, n_head_kv_;
   size_t head_dim_, head_dim_v_;
-  std::vector<float> k_, v_;
+  DType type_;
+  size_t elem_;  // bytes per element
+  std::vector<uint8_t> k_, v_;
   std::vector<int> length_;
 };
 

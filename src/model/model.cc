@@ -201,7 +201,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
       const int seq = batch.rows[i].seq;
       const float* q = s.q.data() + static_cast<size_t>(i) * c.q_dim() + static_cast<size_t>(kvh) * group * c.head_dim;
       float* o = s.att.data() + static_cast<size_t>(i) * c.n_head * c.head_dim_v + static_cast<size_t>(kvh) * group * c.head_dim_v;
-      ops::AttentionGroup(q, group, c.head_dim, c.head_dim_v, cache.K(il, seq, kvh, 0), c.head_dim,
+      ops::AttentionGroup(q, group, c.head_dim, c.head_dim_v, cache.type(), cache.K(il, seq, kvh, 0), c.head_dim,
                           cache.V(il, seq, kvh, 0), c.head_dim_v, visible[i].data(),
                           static_cast<int>(visible[i].size()), scale, /*sinks=*/nullptr, scores[thread].data(), o);
     });

@@ -187,8 +187,8 @@ TEST_P(ArchTest, ForwardMatchesDoubleReference) {
   const auto want = ReferenceForward((*model)->file(), c, tokens);
 
   ThreadPool pool(2);
-  // Whole prompt in one pass.
-  KvCache cache(c, 1, 64);
+  // Whole prompt in one pass (F32 cache: the reference keeps K/V in full precision).
+  KvCache cache(c, 1, 64, DType::kF32);
   Batch batch;
   for (int i = 0; i < 10; ++i) batch.Add(tokens[i], i, 0, true);
   auto out = (*model)->Forward(batch, cache, pool);
@@ -198,7 +198,7 @@ TEST_P(ArchTest, ForwardMatchesDoubleReference) {
     EXPECT_LT(RelErr(out->Logits(t, c.n_vocab), want[t]), Tolerance(p.type)) << "position " << t << " argmax ref " << std::max_element(want[t].begin(), want[t].end()) - want[t].begin();
 
   // One token at a time through the KV cache gives the same logits.
-  KvCache cache2(c, 1, 64);
+  KvCache cache2(c, 1, 64, DType::kF32);
   for (int t = 0; t < 10; ++t) {
     Batch one;
     one.Add(tokens[t], t, 0, true);
@@ -206,6 +206,14 @@ TEST_P(ArchTest, ForwardMatchesDoubleReference) {
     ASSERT_TRUE(o.ok());
     EXPECT_LT(RelErr(o->Logits(0, c.n_vocab), want[t]), Tolerance(p.type)) << "decode position " << t;
   }
+
+  // The default F16 cache rounds K and V to half precision: a few 1e-3 more.
+  KvCache cache16(c, 1, 64);
+  ASSERT_EQ(cache16.type(), DType::kF16);
+  auto out16 = (*model)->Forward(batch, cache16, pool);
+  ASSERT_TRUE(out16.ok());
+  for (int t = 0; t < 10; ++t)
+    EXPECT_LT(RelErr(out16->Logits(t, c.n_vocab), want[t]), Tolerance(p.type) + 5e-3) << "F16 cache, position " << t;
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -101,7 +101,7 @@ Result<CostModel> ProfileVerifyCost(Model& model, KvCache& cache, ThreadPool& po
 BatchEngine::BatchEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& pool, BatchEngineOptions options,
                          Drafter* drafter)
     : target_(target), tokenizer_(tokenizer), pool_(pool), options_(options), drafter_(drafter),
-      cache_(target.config(), std::max(1, options.n_parallel), options.n_ctx) {
+      cache_(target.config(), std::max(1, options.n_parallel), options.n_ctx, options.kv_type) {
   options_.n_parallel = std::max(1, options_.n_parallel);
   options_.prefill_chunk = std::max(1, options_.prefill_chunk);
   if (drafter_ != nullptr) tap_layers_ = drafter_->Needs().target_tap_layers;

@@ -82,8 +82,9 @@ void CheckCases(const std::string& target_path, const std::function<std::string(
     ASSERT_TRUE(d.ok()) << d.status().message();
     auto* ds = static_cast<DSparkDrafter*>(d->get());
     ds->set_keep_logits(true);
-    // Target taps of the committed rows 0..n-1, as the engine produces them.
-    KvCache cache((*target)->config(), 1, 128);
+    // Target taps of the committed rows 0..n-1, as the engine produces them (F32 cache: the
+    // numpy reference keeps K/V in full precision).
+    KvCache cache((*target)->config(), 1, 128, DType::kF32);
     Batch b;
     for (int i = 0; i < n; ++i) b.Add(prompt[i], i, 0, false);
     ForwardOptions fo;

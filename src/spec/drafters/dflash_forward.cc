@@ -38,7 +38,7 @@ void NormRope(const Rope& rope, const float* cos_t, const float* sin_t, const st
 }  // namespace
 
 DflashForward::DflashForward(const DflashModel& model, int n_ctx)
-    : model_(model), rope_(model.config().rope), cache_(CacheConfig(model.config()), 1, n_ctx + model.config().block_size + 1) {}
+    : model_(model), rope_(model.config().rope), cache_(CacheConfig(model.config()), 1, n_ctx + model.config().block_size + 1, DType::kF32) {}
 
 Status DflashForward::Run(const float* feats, int n_ctx_rows, std::span<const int32_t> block, int block_pos0,
                           ThreadPool& pool, BlockOutput* out) {
@@ -132,7 +132,7 @@ Status DflashForward::Run(const float* feats, int n_ctx_rows, std::span<const in
       const size_t head0 = static_cast<size_t>(kvh) * group;
       const int n_vis = n_cells + (c.causal ? i + 1 : n_blk);
       ops::AttentionGroup(q_.data() + static_cast<size_t>(i) * c.q_dim() + head0 * c.head_dim, group, c.head_dim,
-                          c.head_dim, cache_.K(il, 0, kvh, 0), c.head_dim, cache_.V(il, 0, kvh, 0), c.head_dim,
+                          c.head_dim, cache_.type(), cache_.K(il, 0, kvh, 0), c.head_dim, cache_.V(il, 0, kvh, 0), c.head_dim,
                           cells_.data(), n_vis, scale, L.attn_sinks.empty() ? nullptr : L.attn_sinks.data() + head0,
                           scores_[thread].data(), att_.data() + static_cast<size_t>(i) * c.q_dim() + head0 * c.head_dim);
     });
