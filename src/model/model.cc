@@ -194,10 +194,12 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
       }
     });
 
-    // One task per (row, K/V head): the group's query heads are contiguous in q and in att.
+    // One task per (K/V head, row): the group's query heads are contiguous in q and in att. Tasks
+    // run head-major so consecutive rows of a verification block reuse one head's K/V (contiguous
+    // in the cache) from L2 instead of streaming it from memory once per row.
     pool.ParallelFor(static_cast<int64_t>(n) * c.n_head_kv, [&](int64_t task, int thread) {
-      const int i = static_cast<int>(task / c.n_head_kv);
-      const int kvh = static_cast<int>(task % c.n_head_kv);
+      const int kvh = static_cast<int>(task / n);
+      const int i = static_cast<int>(task % n);
       const int seq = batch.rows[i].seq;
       const float* q = s.q.data() + static_cast<size_t>(i) * c.q_dim() + static_cast<size_t>(kvh) * group * c.head_dim;
       float* o = s.att.data() + static_cast<size_t>(i) * c.n_head * c.head_dim_v + static_cast<size_t>(kvh) * group * c.head_dim_v;
