@@ -83,14 +83,7 @@ struct PackedQ8_0 {
   }
 
   // corr = -128 * Σ a per block: removes the excess of u = q + 128 in the accumulator.
-  static void PrepareActs(const PackedActs& pa, int64_t j) {
-    const int8_t* q = pa.q + j * pa.cols;
-    for (int64_t b = 0; b < pa.nsub; ++b) {
-      int32_t s = 0;
-      for (int k = 0; k < 32; ++k) s += q[32 * b + k];
-      pa.corr[j * pa.nsub + b] = -128 * s;
-    }
-  }
+  static void PrepareActs(const PackedActs& pa, int64_t j) { OffsetCorrection(pa, j, 32, 128); }
 
   // kM <= 2 splits each block's 8 vpdpbusd over two chains: one chain is 8 dependent instructions.
   template <int kM>
@@ -99,16 +92,12 @@ struct PackedQ8_0 {
     constexpr bool kSplit = kM <= 2;
     const auto* scales = reinterpret_cast<const __m256i*>(group);
     const uint8_t* quants = group + g.header_bytes;
-    const int32_t* a[kM];
-    const float* da[kM];
-    const int32_t* corr[kM];
+    const ActRows<kM> rows(pa, j0);
+    const auto& a = rows.a;
+    const auto& da = rows.da;
+    const auto& corr = rows.corr;
     __m512 f[kM];
-    for (int j = 0; j < kM; ++j) {
-      a[j] = reinterpret_cast<const int32_t*>(pa.q + (j0 + j) * pa.cols);
-      da[j] = pa.da + (j0 + j) * pa.nsub;
-      corr[j] = pa.corr + (j0 + j) * pa.nsub;
-      f[j] = _mm512_load_ps(f_io + 16 * j);
-    }
+    for (int j = 0; j < kM; ++j) f[j] = _mm512_load_ps(f_io + 16 * j);
     for (int64_t b = b0; b < b1; ++b) {
       const __m512 dw = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(scales + b));
       const uint8_t* q = quants + b * kUnitBytes;

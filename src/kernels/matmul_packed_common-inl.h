@@ -65,6 +65,34 @@ struct PackedActs {
   int32_t* corr = nullptr;  // [m][nsub] per-format integers (Q8_0: -128 Σq; Q4_K: Σq pairs)
 };
 
+// Row pointers of activation rows j0 .. j0 + kM - 1, as every packed kernel reads them: the bytes
+// as dwords (one vpdpbusd operand each), the per-sub-block scales and the per-format integers.
+template <int kM>
+struct ActRows {
+  const int32_t* a[kM];
+  const float* da[kM];
+  const int32_t* corr[kM];
+  ActRows(const PackedActs& pa, int64_t j0) {
+    for (int j = 0; j < kM; ++j) {
+      a[j] = reinterpret_cast<const int32_t*>(pa.q + (j0 + j) * pa.cols);
+      da[j] = pa.da + (j0 + j) * pa.nsub;
+      corr[j] = pa.corr + (j0 + j) * pa.nsub;
+    }
+  }
+};
+
+// corr[j][s] = -offset * (sum of row j's activation bytes over sub-block s of `sub` columns):
+// starting sub-block s's accumulator there removes the weights' unsigned offset exactly in
+// integers (Q8_0 stores q + 128, Q6_K stores q with its offset of 32).
+inline void OffsetCorrection(const PackedActs& pa, int64_t j, int sub, int32_t offset) {
+  const int8_t* q = pa.q + j * pa.cols;
+  for (int64_t s = 0; s < pa.nsub; ++s) {
+    int32_t sum = 0;
+    for (int k = 0; k < sub; ++k) sum += q[sub * s + k];
+    pa.corr[j * pa.nsub + s] = -offset * sum;
+  }
+}
+
 // Bytes ahead of the weight loads that the kernels prefetch.
 inline constexpr int64_t kPackedPrefetch = 4096;
 // Activation rows per kernel pass: 8 float accumulators plus the int32 ones and the unpacked

@@ -138,16 +138,12 @@ struct PackedQ4_K {
                                            float* HWY_RESTRICT f_io) {
     constexpr bool kSplit = kM <= 2;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const int32_t* a[kM];
-    const float* da[kM];
-    const int32_t* qpair[kM];
+    const ActRows<kM> rows(pa, j0);
+    const auto& a = rows.a;
+    const auto& da = rows.da;
+    const auto& qpair = rows.corr;
     __m512 f[kM];
-    for (int j = 0; j < kM; ++j) {
-      a[j] = reinterpret_cast<const int32_t*>(pa.q + (j0 + j) * pa.cols);
-      da[j] = pa.da + (j0 + j) * pa.nsub;
-      qpair[j] = pa.corr + (j0 + j) * pa.nsub;
-      f[j] = _mm512_load_ps(f_io + 16 * j);
-    }
+    for (int j = 0; j < kM; ++j) f[j] = _mm512_load_ps(f_io + 16 * j);
     for (int64_t u = u0; u < u1; ++u) {
       const uint8_t* sb = group + g.header_bytes + u * kUnitBytes;
       __m512 gs[kM];
@@ -261,14 +257,7 @@ struct PackedQ6_K {
   }
 
   // corr = -32 * Σ a per sub-block: starting the accumulator there makes it Σ (q - 32) * a.
-  static void PrepareActs(const PackedActs& pa, int64_t j) {
-    const int8_t* q = pa.q + j * pa.cols;
-    for (int64_t s = 0; s < pa.nsub; ++s) {
-      int32_t sum = 0;
-      for (int k = 0; k < 16; ++k) sum += q[16 * s + k];
-      pa.corr[j * pa.nsub + s] = -32 * sum;
-    }
-  }
+  static void PrepareActs(const PackedActs& pa, int64_t j) { OffsetCorrection(pa, j, 16, 32); }
 
   // Per sub-block, shared: the 4 unsigned operands (3 x and, and the fourth from the planes' top
   // bits: 3 GFNI affine + 1 ternary or) and sc as float. Per activation row: 4 vpdpbusd from the
@@ -283,16 +272,12 @@ struct PackedQ6_K {
     const __m512i top1 = _mm512_set1_epi64(0x0000408000000000LL);
     const __m512i top2 = _mm512_set1_epi64(0x0000000040800000LL);
     const auto* dh = reinterpret_cast<const __m256i*>(group);
-    const int32_t* a[kM];
-    const float* da[kM];
-    const int32_t* corr[kM];
+    const ActRows<kM> rows(pa, j0);
+    const auto& a = rows.a;
+    const auto& da = rows.da;
+    const auto& corr = rows.corr;
     __m512 f[kM];
-    for (int j = 0; j < kM; ++j) {
-      a[j] = reinterpret_cast<const int32_t*>(pa.q + (j0 + j) * pa.cols);
-      da[j] = pa.da + (j0 + j) * pa.nsub;
-      corr[j] = pa.corr + (j0 + j) * pa.nsub;
-      f[j] = _mm512_load_ps(f_io + 16 * j);
-    }
+    for (int j = 0; j < kM; ++j) f[j] = _mm512_load_ps(f_io + 16 * j);
     for (int64_t u = u0; u < u1; ++u) {
       const uint8_t* sb = group + g.header_bytes + u * kUnitBytes;
       __m512 gs[kM];
