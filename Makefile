@@ -17,7 +17,7 @@ else
 SPEC ?= --spec-type ngram
 endif
 
-.PHONY: all deps configure build run test bench clean
+.PHONY: all deps configure build run test bench tsan clean
 
 all: build
 
@@ -42,5 +42,12 @@ bench: build
 	@$(DSPARK) bench --plain -m $(MODEL)
 	@$(BUILD_DIR)/bin/kernels_bench --benchmark_min_time=0.2
 
+# ThreadSanitizer build of the concurrent parts (HTTP server, continuous batching, thread pool):
+# their tests must run without a race report. Not part of `make test` (a separate ~10 min build).
+tsan: deps
+	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSPARK_SANITIZE=thread >/dev/null
+	@cmake --build build-tsan -j $(JOBS) --target server_test spec_test lossless_test
+	@for t in server_test spec_test lossless_test; do TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/$$t || exit 1; done
+
 clean:
-	@rm -rf $(BUILD_DIR)
+	@rm -rf $(BUILD_DIR) build-tsan
