@@ -71,7 +71,7 @@ int RunPlainBench(const BenchFlags& f) {
   if (!model_or.ok()) return Fail(model_or.status());
   Model& model = **model_or;
   const ModelConfig& c = model.config();
-  ThreadPool pool(f.threads > 0 ? f.threads : ThreadPool::DefaultThreadCount());
+  ThreadPool pool(ThreadCount(f.threads));
   const int n_ctx = f.n_prefill + f.n_decode + 64;
   KvCache cache(c, 1, n_ctx, f.cache_type);
   auto token = [&](int i) { return static_cast<int32_t>((i * 7919 + 13) % c.n_vocab); };

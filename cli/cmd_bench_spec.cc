@@ -90,8 +90,8 @@ int RunSpecBench(const SpecBenchFlags& f) {
   if (!axes.ok()) return Fail(axes.status());
   Model& model = *loaded->model;
   const Tokenizer& tok = *loaded->tokenizer;
-  ThreadPool pool(f.threads > 0 ? f.threads : ThreadPool::DefaultThreadCount());
-  const int n_ctx = f.ctx_size > 0 ? f.ctx_size : std::min(model.config().n_ctx_train, 4096);
+  ThreadPool pool(ThreadCount(f.threads));
+  const int n_ctx = ContextSize(f.ctx_size, model);
   GenerateOptions opt;
   opt.max_new_tokens = f.n_predict;
   opt.sampling.temperature = f.temp;

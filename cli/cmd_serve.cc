@@ -43,8 +43,8 @@ int RunServe(ServeFlags f) {
   if (!loaded.ok()) return Fail(loaded.status());
   Model& model = *loaded->model;
   const Tokenizer& tok = *loaded->tokenizer;
-  ThreadPool pool(f.threads > 0 ? f.threads : ThreadPool::DefaultThreadCount());
-  const int n_ctx = f.ctx_size > 0 ? f.ctx_size : std::min(model.config().n_ctx_train, 4096);
+  ThreadPool pool(ThreadCount(f.threads));
+  const int n_ctx = ContextSize(f.ctx_size, model);
 
   f.drafter.n_seq = f.parallel;
   f.drafter.max_draft = std::max(f.drafter.max_draft, f.schedule.n_max);

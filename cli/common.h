@@ -1,6 +1,7 @@
 // Pieces shared by the subcommands: loading a model with its tokenizer.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,6 +25,13 @@ inline constexpr const char* kCacheTypeHelp = "KV cache element type: f16 (half 
 // The --no-repack flag help text (generate, bench, serve).
 inline constexpr const char* kNoRepackHelp =
     "Keep weights in the file's row layout (skip repacking for this CPU's kernels: less memory, slower decode)";
+
+// -c/--ctx-size when given, else the model's training context capped at 4096.
+inline int ContextSize(int requested, const Model& model) {
+  return requested > 0 ? requested : std::min(model.config().n_ctx_train, 4096);
+}
+// -t/--threads when given, else the physical cores.
+inline int ThreadCount(int requested) { return requested > 0 ? requested : ThreadPool::DefaultThreadCount(); }
 
 // The model `make run` and tests use when -m is not given.
 std::string DefaultModelPath();
