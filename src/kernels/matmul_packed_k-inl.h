@@ -66,6 +66,13 @@ DSPARK_VNNI_GFNI_ATTR HWY_INLINE __m512i HighNibbles(__m512i v) {
   return _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x1020408000000000LL), 0);
 }
 
+// acc += vpdpbusd(w, broadcast *a) with the broadcast embedded in the instruction ({1to16}): GCC
+// emits a separate vpbroadcastd for _mm512_set1_epi32 of memory, twice the instructions in the
+// kernels' inner loops.
+DSPARK_VNNI_GFNI_ATTR HWY_INLINE void DpbusdBcast(__m512i& acc, __m512i w, const int32_t* a) {
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
+}
+
 struct PackedQ4_K {
   static constexpr int64_t kUnitCols = kQK_K;
   static constexpr int64_t kScaleBytes = 320;  // d, dmin, sc, m of 16 rows
@@ -147,17 +154,7 @@ struct PackedQ4_K {
     for (int64_t u = u0; u < u1; ++u) {
       const uint8_t* sb = group + g.header_bytes + u * kUnitBytes;
       __m512 gs[kM];
-      __m512i mins[kM];
-      for (int j = 0; j < kM; ++j) {
-        gs[j] = _mm512_setzero_ps();
-        mins[j] = _mm512_setzero_si512();
-      }
-      for (int p = 0; p < 4; ++p) {
-        const __m512i mp =
-            _mm512_maskz_cvtepu8_epi16(~0u, _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + 192 + 32 * p)));
-        for (int j = 0; j < kM; ++j)
-          mins[j] = _mm512_dpwssd_epi32(mins[j], mp, _mm512_set1_epi32(qpair[j][4 * u + p]));
-      }
+      for (int j = 0; j < kM; ++j) gs[j] = _mm512_setzero_ps();
       for (int s = 0; s < 8; ++s) {
         // 37 cache lines per super-block: 5 per sub-block, kPrefetch bytes ahead.
         if constexpr (kPrefetch > 0) {
@@ -167,26 +164,46 @@ struct PackedQ4_K {
         const __m128i sc8 = _mm_load_si128(reinterpret_cast<const __m128i*>(sb + 64 + 16 * s));
         const __m512 sc = CvtI32(_mm512_maskz_cvtepu8_epi32(0xFFFF, sc8));
         const uint8_t* q = sb + kScaleBytes + s * kSubBytes;
-        __m512i lo[4], hi[4];
-        for (int quad = 0; quad < 4; ++quad) {
-          const __m512i v = _mm512_load_si512(q + 64 * quad);
-          lo[quad] = _mm512_and_si512(v, m4);
-          hi[quad] = HighNibbles(v);
-        }
         const int64_t aw = 64 * u + 8 * s;  // first activation dword of the sub-block
-        for (int j = 0; j < kM; ++j) {
-          __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+        if constexpr (kSplit) {
+          __m512i lo[4], hi[4];
           for (int quad = 0; quad < 4; ++quad) {
-            s0 = _mm512_dpbusd_epi32(s0, lo[quad], _mm512_set1_epi32(a[j][aw + quad]));
-            if constexpr (kSplit) {
-              s1 = _mm512_dpbusd_epi32(s1, hi[quad], _mm512_set1_epi32(a[j][aw + 4 + quad]));
-            } else {
-              s0 = _mm512_dpbusd_epi32(s0, hi[quad], _mm512_set1_epi32(a[j][aw + 4 + quad]));
-            }
+            const __m512i v = _mm512_load_si512(q + 64 * quad);
+            lo[quad] = _mm512_and_si512(v, m4);
+            hi[quad] = HighNibbles(v);
           }
-          if constexpr (kSplit) s0 = _mm512_add_epi32(s0, s1);
-          gs[j] = _mm512_fmadd_ps(CvtI32(s0), sc, gs[j]);
+          for (int j = 0; j < kM; ++j) {
+            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+            for (int quad = 0; quad < 4; ++quad) {
+              DpbusdBcast(s0, lo[quad], &a[j][aw + quad]);
+              DpbusdBcast(s1, hi[quad], &a[j][aw + 4 + quad]);
+            }
+            gs[j] = _mm512_fmadd_ps(CvtI32(_mm512_add_epi32(s0, s1)), sc, gs[j]);
+          }
+        } else {
+          // Quad-outer, row-inner: kM independent accumulator chains in program order (row-outer
+          // made each row one chain of 8 dependent vpdpbusd, and with lo[4], hi[4] live next to
+          // f, gs and mins Kernel<8> spilled), and only one quad's two operands live.
+          __m512i acc[kM];
+          for (int j = 0; j < kM; ++j) acc[j] = _mm512_setzero_si512();
+          for (int quad = 0; quad < 4; ++quad) {
+            const __m512i v = _mm512_load_si512(q + 64 * quad);
+            const __m512i lo = _mm512_and_si512(v, m4);
+            const __m512i hi = HighNibbles(v);
+            for (int j = 0; j < kM; ++j) DpbusdBcast(acc[j], lo, &a[j][aw + quad]);
+            for (int j = 0; j < kM; ++j) DpbusdBcast(acc[j], hi, &a[j][aw + 4 + quad]);
+          }
+          for (int j = 0; j < kM; ++j) gs[j] = _mm512_fmadd_ps(CvtI32(acc[j]), sc, gs[j]);
         }
+      }
+      // The min term after the sub-blocks, so its accumulators are not live across them.
+      __m512i mins[kM];
+      for (int j = 0; j < kM; ++j) mins[j] = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) {
+        const __m512i mp =
+            _mm512_maskz_cvtepu8_epi16(~0u, _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + 192 + 32 * p)));
+        for (int j = 0; j < kM; ++j)
+          mins[j] = _mm512_dpwssd_epi32(mins[j], mp, _mm512_set1_epi32(qpair[j][4 * u + p]));
       }
       const auto* dh = reinterpret_cast<const __m256i*>(sb);
       const __m512 d = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(dh));
