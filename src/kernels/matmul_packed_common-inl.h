@@ -93,6 +93,15 @@ inline void OffsetCorrection(const PackedActs& pa, int64_t j, int sub, int32_t o
   }
 }
 
+// Prefetches cache lines [first, first + n) of a packed unit of kUnitBytes, kAhead bytes ahead of
+// it (lines past the unit's end are left to the next unit's own prefetches).
+template <int64_t kAhead, int64_t kUnitBytes>
+HWY_INLINE void PrefetchUnitLines(const uint8_t* unit, int first, int n) {
+  if constexpr (kAhead > 0) {
+    for (int i = first; i < first + n && i < kUnitBytes / 64; ++i) __builtin_prefetch(unit + kAhead + 64 * i);
+  }
+}
+
 // Bytes ahead of the weight loads that the kernels prefetch.
 inline constexpr int64_t kPackedPrefetch = 4096;
 // Activation rows per kernel pass: 8 float accumulators plus the int32 ones and the unpacked

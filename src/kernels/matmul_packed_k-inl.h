@@ -157,10 +157,7 @@ struct PackedQ4_K {
       for (int j = 0; j < kM; ++j) gs[j] = _mm512_setzero_ps();
       for (int s = 0; s < 8; ++s) {
         // 37 cache lines per super-block: 5 per sub-block, kPrefetch bytes ahead.
-        if constexpr (kPrefetch > 0) {
-          for (int i = 5 * s; i < 5 * s + 5 && i < kUnitBytes / 64; ++i)
-            _mm_prefetch(reinterpret_cast<const char*>(sb + kPrefetch + 64 * i), _MM_HINT_T0);
-        }
+        PrefetchUnitLines<kPrefetch, kUnitBytes>(sb, 5 * s, 5);
         const __m128i sc8 = _mm_load_si128(reinterpret_cast<const __m128i*>(sb + 64 + 16 * s));
         const __m512 sc = CvtI32(_mm512_maskz_cvtepu8_epi32(0xFFFF, sc8));
         const uint8_t* q = sb + kScaleBytes + s * kSubBytes;
@@ -301,10 +298,7 @@ struct PackedQ6_K {
       for (int j = 0; j < kM; ++j) gs[j] = _mm512_setzero_ps();
       for (int s = 0; s < 16; ++s) {
         // 52 cache lines per super-block: 4 per sub-block, kPrefetch bytes ahead.
-        if constexpr (kPrefetch > 0) {
-          for (int i = 4 * s; i < 4 * s + 4 && i < kUnitBytes / 64; ++i)
-            _mm_prefetch(reinterpret_cast<const char*>(sb + kPrefetch + 64 * i), _MM_HINT_T0);
-        }
+        PrefetchUnitLines<kPrefetch, kUnitBytes>(sb, 4 * s, 4);
         const __m128i sc8 = _mm_load_si128(reinterpret_cast<const __m128i*>(sb + kPackedRows * s));
         const __m512 sc = CvtI32(_mm512_maskz_cvtepi8_epi32(0xFFFF, sc8));
         const uint8_t* planes = sb + kScaleBytes + s * kSubBytes;
