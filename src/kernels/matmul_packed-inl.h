@@ -93,7 +93,6 @@ struct PackedQ8_0 {
     const auto* scales = reinterpret_cast<const __m256i*>(group);
     const uint8_t* quants = group + g.header_bytes;
     const ActRows<kM> rows(pa, j0);
-    const auto& a = rows.a;
     const auto& da = rows.da;
     const auto& corr = rows.corr;
     __m512 f[kM];
@@ -112,7 +111,10 @@ struct PackedQ8_0 {
         if constexpr (kPackedPrefetch > 0) _mm_prefetch(reinterpret_cast<const char*>(q + 64 * quad + kPackedPrefetch), _MM_HINT_T0);
         const __m512i wq = _mm512_load_si512(q + 64 * quad);
         for (int j = 0; j < kM; ++j) {
-          const __m512i av = _mm512_set1_epi32(a[j][8 * b + quad]);
+          // Per-row pointers and _mm512_set1_epi32: the interleaved rows and the embedded
+          // broadcast that help the K-quant kernels made this one slower (kernels_bench
+          // MatMulPackedHot/q8_0 m=2 and m=8).
+          const __m512i av = _mm512_set1_epi32(rows.a[j][8 * b + quad]);
           if (kSplit && (quad & 1)) {
             s1[j] = _mm512_dpbusd_epi32(s1[j], wq, av);
           } else {

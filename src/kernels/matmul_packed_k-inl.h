@@ -66,13 +66,6 @@ DSPARK_VNNI_GFNI_ATTR HWY_INLINE __m512i HighNibbles(__m512i v) {
   return _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x1020408000000000LL), 0);
 }
 
-// acc += vpdpbusd(w, broadcast *a) with the broadcast embedded in the instruction ({1to16}): GCC
-// emits a separate vpbroadcastd for _mm512_set1_epi32 of memory, twice the instructions in the
-// kernels' inner loops.
-DSPARK_VNNI_GFNI_ATTR HWY_INLINE void DpbusdBcast(__m512i& acc, __m512i w, const int32_t* a) {
-  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
-}
-
 struct PackedQ4_K {
   static constexpr int64_t kUnitCols = kQK_K;
   static constexpr int64_t kScaleBytes = 320;  // d, dmin, sc, m of 16 rows
@@ -146,7 +139,6 @@ struct PackedQ4_K {
     constexpr bool kSplit = kM <= 2;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const ActRows<kM> rows(pa, j0);
-    const auto& a = rows.a;
     const auto& da = rows.da;
     const auto& qpair = rows.corr;
     __m512 f[kM];
@@ -172,8 +164,8 @@ struct PackedQ4_K {
           for (int j = 0; j < kM; ++j) {
             __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
             for (int quad = 0; quad < 4; ++quad) {
-              DpbusdBcast(s0, lo[quad], &a[j][aw + quad]);
-              DpbusdBcast(s1, hi[quad], &a[j][aw + 4 + quad]);
+              DpbusdBcast(s0, lo[quad], rows.A(aw + quad, j));
+              DpbusdBcast(s1, hi[quad], rows.A(aw + 4 + quad, j));
             }
             gs[j] = _mm512_fmadd_ps(CvtI32(_mm512_add_epi32(s0, s1)), sc, gs[j]);
           }
@@ -187,8 +179,8 @@ struct PackedQ4_K {
             const __m512i v = _mm512_load_si512(q + 64 * quad);
             const __m512i lo = _mm512_and_si512(v, m4);
             const __m512i hi = HighNibbles(v);
-            for (int j = 0; j < kM; ++j) DpbusdBcast(acc[j], lo, &a[j][aw + quad]);
-            for (int j = 0; j < kM; ++j) DpbusdBcast(acc[j], hi, &a[j][aw + 4 + quad]);
+            for (int j = 0; j < kM; ++j) DpbusdBcast(acc[j], lo, rows.A(aw + quad, j));
+            for (int j = 0; j < kM; ++j) DpbusdBcast(acc[j], hi, rows.A(aw + 4 + quad, j));
           }
           for (int j = 0; j < kM; ++j) gs[j] = _mm512_fmadd_ps(CvtI32(acc[j]), sc, gs[j]);
         }
@@ -287,7 +279,6 @@ struct PackedQ6_K {
     const __m512i top2 = _mm512_set1_epi64(0x0000000040800000LL);
     const auto* dh = reinterpret_cast<const __m256i*>(group);
     const ActRows<kM> rows(pa, j0);
-    const auto& a = rows.a;
     const auto& da = rows.da;
     const auto& corr = rows.corr;
     __m512 f[kM];
@@ -314,10 +305,10 @@ struct PackedQ6_K {
         const int64_t aw = 64 * u + 4 * s;  // first activation dword of the sub-block
         for (int j = 0; j < kM; ++j) {
           __m512i acc = _mm512_set1_epi32(corr[j][16 * u + s]);
-          acc = _mm512_dpbusd_epi32(acc, x0, _mm512_set1_epi32(a[j][aw]));
-          acc = _mm512_dpbusd_epi32(acc, x1, _mm512_set1_epi32(a[j][aw + 1]));
-          acc = _mm512_dpbusd_epi32(acc, x2, _mm512_set1_epi32(a[j][aw + 2]));
-          acc = _mm512_dpbusd_epi32(acc, x3, _mm512_set1_epi32(a[j][aw + 3]));
+          DpbusdBcast(acc, x0, rows.A(aw, j));
+          DpbusdBcast(acc, x1, rows.A(aw + 1, j));
+          DpbusdBcast(acc, x2, rows.A(aw + 2, j));
+          DpbusdBcast(acc, x3, rows.A(aw + 3, j));
           gs[j] = _mm512_fmadd_ps(CvtI32(acc), sc, gs[j]);
         }
       }
