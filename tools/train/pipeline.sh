@@ -2,6 +2,7 @@
 # The whole reference-model pipeline, one stage per argument (see tools/train/README.md):
 #   tools/train/pipeline.sh data              corpus check + tokenizer + token caches
 #   tools/train/pipeline.sh target            start/resume the target in the background
+#   tools/train/pipeline.sh target-wait       wait for a background target run, then finish it here
 #   tools/train/pipeline.sh export-target     models/ref-target.gguf + golden outputs + model card
 #   tools/train/pipeline.sh draft             distil and export the draft model (foreground)
 #   tools/train/pipeline.sh dspark            target-generated data, DSpark drafter, export (foreground)
@@ -19,6 +20,14 @@ for stage in "$@"; do
       [ -f models/ref-tokenizer.model ] || $PY $T/tokenizer.py train
       $PY $T/tokenizer.py stats ;;   # builds missing or stale token caches
     target) $T/launch_target.sh ;;
+    target-wait)
+      # Trainers exit 3 when a signal stopped them early (checkpoint written): set -e then ends the
+      # pipeline instead of exporting a half-trained model.
+      if [ -f "$TD/target/pid" ] && kill -0 "$(cat "$TD/target/pid")" 2>/dev/null; then
+        echo "waiting for the background target run (pid $(cat "$TD/target/pid"))"
+        while kill -0 "$(cat "$TD/target/pid")" 2>/dev/null; do sleep 30; done
+      fi
+      nice -n 19 $PY $T/train_target.py --resume ;;
     export-target)
       $PY $T/export_target.py
       $PY $T/llama_spm.py models/ref-target.gguf val

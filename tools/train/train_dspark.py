@@ -157,7 +157,8 @@ def main(argv=None):
             break
     checkpoint()
     print(f"checkpoint {ckpt_path}: step {step}", flush=True)
+    return tu.EXIT_STOPPED if stop.stop else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -177,7 +177,8 @@ def main(argv=None):
     vlog.close()
     print(f"checkpoint {ckpt_path}: step {step}, {tokens / 1e6:.2f}M tokens"
           + (" (stopped by signal)" if stop.stop else ""), flush=True)
+    return tu.EXIT_STOPPED if stop.stop else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

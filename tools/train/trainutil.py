@@ -167,6 +167,11 @@ class CsvLog:
         self.f.close()
 
 
+# Exit status of a trainer stopped by SIGTERM/SIGINT before its schedule ended (checkpoint written):
+# lets tools/train/pipeline.sh tell "interrupted" from "finished" and not export a half-run.
+EXIT_STOPPED = 3
+
+
 class StopFlag:
     """Turns SIGTERM/SIGINT into a flag so the loop can write a checkpoint before exiting."""
 
