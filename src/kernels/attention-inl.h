@@ -1,10 +1,12 @@
-// Attention of one query position over cached keys and values, for the query heads that share one
-// K/V head (grouped-query attention). Bodies of ops::AttentionGroup, per Highway target.
+// Attention of one or several query rows of a sequence over one cached K/V head: the body of
+// ops::Attention, per Highway target.
 //
-// Why a kernel and not Dot/Axpy per key: at a 512-token context a Qwen3-0.6B decode step made
-// ~460k dispatched calls of 128 elements each, and read every K/V row once per query head; the
-// step took 1.7x as long as with an empty context. Here each K and V row is read once for the whole
-// group, the group's accumulators stay in registers, and there is one dispatch per (row, group).
+// Keys are stored in tiles of 32 cells, transposed ([tile][head_dim][32]), so a vector holds one
+// dimension of consecutive keys: scores need no horizontal sums (with one key per vector, a
+// Qwen3-0.6B step spent more on reductions than on multiplies), a key tile is loaded once for all
+// the heads of all the rows in the call (a verification block shares every load), and each score
+// is the same FMA chain whoever else is in the call. Values stay row-major; each V row is read
+// once per pass of up to 4 heads with the accumulators in registers.
 #if defined(DSPARK_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef DSPARK_KERNELS_ATTENTION_INL_H_
 #undef DSPARK_KERNELS_ATTENTION_INL_H_
@@ -13,12 +15,14 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
 #include "hwy/highway.h"
-#include "kernels/elementwise-inl.h"  // SoftmaxImpl, LoadTail
+#include "kernels/elementwise-inl.h"  // SoftmaxWithExtra
+#include "kernels/ops.h"               // kAttentionKeyTile
 #include "util/dtype.h"
 #include "util/fp16.h"
 
@@ -27,7 +31,7 @@ namespace dspark {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Prefetch distance in keys (rows may be scattered cells, which no hardware prefetcher predicts).
+// Prefetch distance in value rows.
 inline constexpr int kKeyPrefetch = 4;
 
 template <typename T>
@@ -48,67 +52,70 @@ HWY_INLINE float KvToFloat(hwy::float16_t x) {
   std::memcpy(&bits, &x, 2);
   return F16ToF32(bits);
 }
-template <class D, typename T>
-HWY_INLINE hn::Vec<D> LoadKvTail(D d, const T* p, int count) {
-  HWY_ALIGN float buf[hn::MaxLanes(d)] = {};
-  for (int i = 0; i < count; ++i) buf[i] = KvToFloat(p[i]);
-  return hn::Load(d, buf);
-}
 
-// scores[h * n + t] = scale * q[h] . K(t) for kQ heads; head_dim a multiple of the lane count or not.
-template <int kQ, typename T>
-HWY_INLINE void GroupScores(const float* HWY_RESTRICT q, int head_dim, const T* HWY_RESTRICT k,
-                            int64_t k_stride, const int32_t* HWY_RESTRICT cells, int n, float scale,
-                            float* HWY_RESTRICT scores) {
+// Scores of heads [0, kH) of qs against every key tile: scores[h * s_stride + t] = qs[h] · K(t)
+// for t < n rounded up to whole tiles (lanes past n hold garbage the caller never reads). Lanes are
+// keys, so each score is one FMA chain over the head dimension in order, whatever kH and whichever
+// other heads share the pass: a row's attention is bitwise the same alone (decode) or in a block
+// (verification), which exact speculative decoding needs.
+template <int kH, typename T>
+HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T* HWY_RESTRICT kt, int n,
+                             float* HWY_RESTRICT scores, int64_t s_stride) {
   const hn::ScalableTag<float> d;
-  const int N = static_cast<int>(hn::Lanes(d));
-  for (int t = 0; t < n; ++t) {
-    const T* kr = k + cells[t] * k_stride;
-    if (t + kKeyPrefetch < n) PrefetchRow(k + cells[t + kKeyPrefetch] * k_stride, head_dim);
-    hn::Vec<decltype(d)> acc[kQ];
-    for (int h = 0; h < kQ; ++h) acc[h] = hn::Zero(d);
-    int i = 0;
-    for (; i + N <= head_dim; i += N) {
-      const auto kv = LoadKv(d, kr + i);
-      for (int h = 0; h < kQ; ++h) acc[h] = hn::MulAdd(hn::LoadU(d, q + h * head_dim + i), kv, acc[h]);
+  constexpr int N = static_cast<int>(hn::MaxLanes(d));
+  constexpr int kV = ops::kAttentionKeyTile / N;  // vectors per tile row
+  const int64_t tile_elems = static_cast<int64_t>(head_dim) * ops::kAttentionKeyTile;
+  for (int t0 = 0; t0 < n; t0 += ops::kAttentionKeyTile) {
+    const T* tile = kt + (t0 / ops::kAttentionKeyTile) * tile_elems;
+    const bool more = t0 + ops::kAttentionKeyTile < n;
+    hn::Vec<decltype(d)> acc[kH][kV];
+    for (int h = 0; h < kH; ++h)
+      for (int v = 0; v < kV; ++v) acc[h][v] = hn::Zero(d);
+    for (int i = 0; i < head_dim; ++i) {
+      const T* row = tile + i * ops::kAttentionKeyTile;
+      // The next tile is one sequential stream: one line ahead per dimension keeps it coming.
+      if (more && (i * ops::kAttentionKeyTile * static_cast<int>(sizeof(T))) % 64 == 0) __builtin_prefetch(row + tile_elems);
+      hn::Vec<decltype(d)> kv[kV];
+      for (int v = 0; v < kV; ++v) kv[v] = LoadKv(d, row + v * N);
+      for (int h = 0; h < kH; ++h) {
+        const auto qv = hn::Set(d, qs[h * head_dim + i]);
+        for (int v = 0; v < kV; ++v) acc[h][v] = hn::MulAdd(qv, kv[v], acc[h][v]);
+      }
     }
-    if (i < head_dim) {
-      const auto kv = LoadKvTail(d, kr + i, head_dim - i);
-      for (int h = 0; h < kQ; ++h) acc[h] = hn::MulAdd(LoadTail(d, q + h * head_dim + i, head_dim - i), kv, acc[h]);
-    }
-    for (int h = 0; h < kQ; ++h) scores[h * n + t] = scale * hn::GetLane(hn::SumOfLanes(d, acc[h]));
+    for (int h = 0; h < kH; ++h)
+      for (int v = 0; v < kV; ++v) hn::StoreU(acc[h][v], d, scores + h * s_stride + t0 + v * N);
   }
 }
 
-// out[h] = Σ_t p[h * n + t] · V(t) for one column block of kVecs full vectors: the keys stream
-// past in the outer loop and kQ x kVecs accumulators stay in registers (kVecs is a template
-// argument so the compiler can keep them there).
+// out[h] = Σ_t p[h * p_stride + t] · V(t) for one column block of kVecs full vectors: the keys
+// stream past in the outer loop and kQ x kVecs accumulators stay in registers (kVecs is a template
+// argument so the compiler can keep them there). Each output is one chain over t in order.
 template <int kQ, int kVecs, typename T>
-HWY_INLINE void GroupValuesBlock(const float* HWY_RESTRICT p, int head_dim_v, int c0, const T* HWY_RESTRICT v,
-                                 int64_t v_stride, const int32_t* HWY_RESTRICT cells, int n, float* HWY_RESTRICT out) {
+HWY_INLINE void GroupValuesBlock(const float* HWY_RESTRICT p, int64_t p_stride, int c0, const T* HWY_RESTRICT v,
+                                 int64_t v_stride, int n, float* const* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
   const int N = static_cast<int>(hn::Lanes(d));
   hn::Vec<decltype(d)> acc[kQ][kVecs];
   for (int h = 0; h < kQ; ++h)
     for (int e = 0; e < kVecs; ++e) acc[h][e] = hn::Zero(d);
   for (int t = 0; t < n; ++t) {
-    const T* vr = v + cells[t] * v_stride + c0;
-    if (t + kKeyPrefetch < n) PrefetchRow(v + cells[t + kKeyPrefetch] * v_stride + c0, kVecs * N);
+    const T* vr = v + t * v_stride + c0;
+    if (t + kKeyPrefetch < n) PrefetchRow(vr + kKeyPrefetch * v_stride, kVecs * N);
     for (int h = 0; h < kQ; ++h) {
-      const auto ph = hn::Set(d, p[h * n + t]);
+      const auto ph = hn::Set(d, p[h * p_stride + t]);
       for (int e = 0; e < kVecs; ++e) acc[h][e] = hn::MulAdd(ph, LoadKv(d, vr + e * N), acc[h][e]);
     }
   }
   for (int h = 0; h < kQ; ++h)
-    for (int e = 0; e < kVecs; ++e) hn::StoreU(acc[h][e], d, out + h * head_dim_v + c0 + e * N);
+    for (int e = 0; e < kVecs; ++e) hn::StoreU(acc[h][e], d, out[h] + c0 + e * N);
 }
 
-// out[h] = Σ_t p[h * n + t] · V(t): column blocks of up to half the register file per pass, so a
-// V row is read in as few contiguous pieces as the registers allow (narrow strips touch a new page
-// per key and strip). Columns past the last full vector take a scalar loop.
+// out[h] = Σ_t p[h * p_stride + t] · V(t) for kQ heads: column blocks of up to half the register
+// file per pass, so a V row is read in as few contiguous pieces as the registers allow. Columns
+// past the last full vector take a scalar loop.
 template <int kQ, typename T>
-HWY_INLINE void GroupValues(const float* HWY_RESTRICT p, int head_dim_v, const T* HWY_RESTRICT v,
-                            int64_t v_stride, const int32_t* HWY_RESTRICT cells, int n, float* HWY_RESTRICT out) {
+HWY_INLINE void GroupValues(const float* HWY_RESTRICT p, int64_t p_stride, int head_dim_v, const T* HWY_RESTRICT v,
+                            int64_t v_stride, int n, float* const* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
   const int N = static_cast<int>(hn::Lanes(d));
   constexpr int kRegs = hn::MaxLanes(hn::ScalableTag<float>()) >= 16 ? 16 : 8;
@@ -117,64 +124,97 @@ HWY_INLINE void GroupValues(const float* HWY_RESTRICT p, int head_dim_v, const T
   while (c0 + N <= head_dim_v) {
     const int vecs = std::min(kVecs, (head_dim_v - c0) / N);
     switch (vecs) {
-      case 1: GroupValuesBlock<kQ, 1, T>(p, head_dim_v, c0, v, v_stride, cells, n, out); break;
-      case 2: GroupValuesBlock<kQ, std::min(2, kVecs), T>(p, head_dim_v, c0, v, v_stride, cells, n, out); break;
-      case 3: GroupValuesBlock<kQ, std::min(3, kVecs), T>(p, head_dim_v, c0, v, v_stride, cells, n, out); break;
-      case 4: GroupValuesBlock<kQ, std::min(4, kVecs), T>(p, head_dim_v, c0, v, v_stride, cells, n, out); break;
-      case 5: GroupValuesBlock<kQ, std::min(5, kVecs), T>(p, head_dim_v, c0, v, v_stride, cells, n, out); break;
-      case 6: GroupValuesBlock<kQ, std::min(6, kVecs), T>(p, head_dim_v, c0, v, v_stride, cells, n, out); break;
-      case 7: GroupValuesBlock<kQ, std::min(7, kVecs), T>(p, head_dim_v, c0, v, v_stride, cells, n, out); break;
-      default: GroupValuesBlock<kQ, std::min(8, kVecs), T>(p, head_dim_v, c0, v, v_stride, cells, n, out); break;
+      case 1: GroupValuesBlock<kQ, 1, T>(p, p_stride, c0, v, v_stride, n, out); break;
+      case 2: GroupValuesBlock<kQ, std::min(2, kVecs), T>(p, p_stride, c0, v, v_stride, n, out); break;
+      case 3: GroupValuesBlock<kQ, std::min(3, kVecs), T>(p, p_stride, c0, v, v_stride, n, out); break;
+      case 4: GroupValuesBlock<kQ, std::min(4, kVecs), T>(p, p_stride, c0, v, v_stride, n, out); break;
+      case 5: GroupValuesBlock<kQ, std::min(5, kVecs), T>(p, p_stride, c0, v, v_stride, n, out); break;
+      case 6: GroupValuesBlock<kQ, std::min(6, kVecs), T>(p, p_stride, c0, v, v_stride, n, out); break;
+      case 7: GroupValuesBlock<kQ, std::min(7, kVecs), T>(p, p_stride, c0, v, v_stride, n, out); break;
+      default: GroupValuesBlock<kQ, std::min(8, kVecs), T>(p, p_stride, c0, v, v_stride, n, out); break;
     }
     c0 += std::min(vecs, 8) * N;
   }
   for (; c0 < head_dim_v; ++c0) {
     for (int h = 0; h < kQ; ++h) {
       float o = 0.f;
-      for (int t = 0; t < n; ++t) o += p[h * n + t] * KvToFloat(v[cells[t] * v_stride + c0]);
-      out[h * head_dim_v + c0] = o;
+      // std::fma, not `o += p * v`: the compiler contracted (or vectorised) that differently per
+      // kQ, and a row's result must not depend on how many heads share its pass.
+      for (int t = 0; t < n; ++t) o = std::fma(p[h * p_stride + t], KvToFloat(v[t * v_stride + c0]), o);
+      out[h][c0] = o;
     }
   }
 }
 
-template <int kQ, typename T>
-HWY_INLINE void AttentionGroupN(const float* q, int head_dim, int head_dim_v, const T* k, int64_t k_stride,
-                                const T* v, int64_t v_stride, const int32_t* cells, int n, float scale,
-                                const float* sinks, float* scores, float* out) {
-  GroupScores<kQ, T>(q, head_dim, k, k_stride, cells, n, scale, scores);
-  for (int h = 0; h < kQ; ++h)
-    SoftmaxWithExtra(scores + static_cast<int64_t>(h) * n, n, sinks ? sinks[h] : -std::numeric_limits<float>::infinity());
-  GroupValues<kQ, T>(scores, head_dim_v, v, v_stride, cells, n, out);
+inline int64_t AttentionScratchImpl(int n_q, int n, int head_dim) {
+  const int64_t n_pad = (n + ops::kAttentionKeyTile - 1) / ops::kAttentionKeyTile * ops::kAttentionKeyTile;
+  return static_cast<int64_t>(n_q) * head_dim + static_cast<int64_t>(n_q) * n_pad;
 }
 
 template <typename T>
-HWY_INLINE void AttentionGroupT(const float* q, int n_q, int head_dim, int head_dim_v, const T* k, int64_t k_stride,
-                                const T* v, int64_t v_stride, const int32_t* cells, int n, float scale,
-                                const float* sinks, float* scores, float* out) {
-  // Up to 4 heads per pass (4 x 2 value accumulators + loads fit the 16 registers of AVX2); larger
-  // groups take several passes over the rows.
-  for (int h0 = 0; h0 < n_q; h0 += 4) {
-    const float* qh = q + static_cast<int64_t>(h0) * head_dim;
-    float* oh = out + static_cast<int64_t>(h0) * head_dim_v;
-    const float* sh = sinks ? sinks + h0 : nullptr;
-    switch (std::min(4, n_q - h0)) {
-      case 1: AttentionGroupN<1, T>(qh, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale, sh, scores, oh); break;
-      case 2: AttentionGroupN<2, T>(qh, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale, sh, scores, oh); break;
-      case 3: AttentionGroupN<3, T>(qh, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale, sh, scores, oh); break;
-      default: AttentionGroupN<4, T>(qh, head_dim, head_dim_v, k, k_stride, v, v_stride, cells, n, scale, sh, scores, oh); break;
+HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_per_row, int head_dim,
+                           int head_dim_v, const T* kt, const T* v, int64_t v_stride, int n, int shared,
+                           const uint8_t* visible, float scale, const float* sinks, float* scratch, float* out,
+                           int64_t out_stride) {
+  const hn::ScalableTag<float> d;
+  constexpr int N = static_cast<int>(hn::MaxLanes(d));
+  // Heads per score pass: kH x (tile / N) accumulators fill about half the registers.
+  constexpr int kV = ops::kAttentionKeyTile / N;
+  constexpr int kH = kV >= 16 ? 1 : 16 / kV;
+  const int64_t n_pad = (n + ops::kAttentionKeyTile - 1) / ops::kAttentionKeyTile * ops::kAttentionKeyTile;
+  float* qs = scratch;                                      // [n_q][head_dim], scaled
+  float* sc = qs + static_cast<int64_t>(n_q) * head_dim;    // [n_q][n_pad]
+  for (int h = 0; h < n_q; ++h) {
+    const float* qh = q + (h / heads_per_row) * q_stride + (h % heads_per_row) * head_dim;
+    for (int i = 0; i < head_dim; ++i) qs[h * head_dim + i] = qh[i] * scale;
+  }
+  if (n == 0) {
+    for (int h = 0; h < n_q; ++h)
+      std::fill_n(out + (h / heads_per_row) * out_stride + (h % heads_per_row) * head_dim_v, head_dim_v, 0.f);
+    return;
+  }
+  int h0 = 0;
+  for (; h0 + kH <= n_q; h0 += kH) TileScores<kH, T>(qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad);
+  for (; h0 < n_q; ++h0) TileScores<1, T>(qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad);
+
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int h = 0; h < n_q; ++h) {
+    float* sh = sc + h * n_pad;
+    if (shared < n) {
+      const uint8_t* vis = visible + static_cast<int64_t>(h / heads_per_row) * (n - shared);
+      for (int t = shared; t < n; ++t)
+        if (!vis[t - shared]) sh[t] = kNegInf;
+    }
+    SoftmaxWithExtra(sh, n, sinks ? sinks[h % heads_per_row] : kNegInf);
+  }
+
+  // Values, up to 4 heads per pass (4 x 2 accumulators + loads fit the 16 registers of AVX2).
+  for (int g0 = 0; g0 < n_q; g0 += 4) {
+    float* o[4];
+    const int cnt = std::min(4, n_q - g0);
+    for (int j = 0; j < cnt; ++j)
+      o[j] = out + ((g0 + j) / heads_per_row) * out_stride + ((g0 + j) % heads_per_row) * head_dim_v;
+    const float* p = sc + g0 * n_pad;
+    switch (cnt) {
+      case 1: GroupValues<1, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
+      case 2: GroupValues<2, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
+      case 3: GroupValues<3, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
+      default: GroupValues<4, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
     }
   }
 }
 
-inline void AttentionGroupImpl(const float* q, int n_q, int head_dim, int head_dim_v, DType kv_type, const void* k,
-                               int64_t k_stride, const void* v, int64_t v_stride, const int32_t* cells, int n,
-                               float scale, const float* sinks, float* scores, float* out) {
+inline void AttentionImpl(const float* q, int64_t q_stride, int n_q, int heads_per_row, int head_dim, int head_dim_v,
+                          DType kv_type, const void* kt, const void* v, int64_t v_stride, int n, int shared,
+                          const uint8_t* visible, float scale, const float* sinks, float* scratch, float* out,
+                          int64_t out_stride) {
   if (kv_type == DType::kF16) {
-    AttentionGroupT(q, n_q, head_dim, head_dim_v, static_cast<const hwy::float16_t*>(k), k_stride,
-                    static_cast<const hwy::float16_t*>(v), v_stride, cells, n, scale, sinks, scores, out);
+    AttentionT(q, q_stride, n_q, heads_per_row, head_dim, head_dim_v, static_cast<const hwy::float16_t*>(kt),
+               static_cast<const hwy::float16_t*>(v), v_stride, n, shared, visible, scale, sinks, scratch, out,
+               out_stride);
   } else {
-    AttentionGroupT(q, n_q, head_dim, head_dim_v, static_cast<const float*>(k), k_stride, static_cast<const float*>(v),
-                    v_stride, cells, n, scale, sinks, scores, out);
+    AttentionT(q, q_stride, n_q, heads_per_row, head_dim, head_dim_v, static_cast<const float*>(kt),
+               static_cast<const float*>(v), v_stride, n, shared, visible, scale, sinks, scratch, out, out_stride);
   }
 }
 

@@ -1,4 +1,4 @@
-// Dispatch wrapper of ops::AttentionGroup; body in attention-inl.h.
+// Dispatch wrapper of ops::Attention; body in attention-inl.h.
 #include "kernels/hwy_targets.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -13,15 +13,24 @@
 #include "util/status.h"
 
 namespace dspark {
-HWY_EXPORT(AttentionGroupImpl);
+HWY_EXPORT(AttentionImpl);
+HWY_EXPORT(AttentionScratchImpl);
 
 namespace ops {
-void AttentionGroup(const float* q, int n_q, int head_dim, int head_dim_v, DType kv_type, const void* k,
-                    int64_t k_stride, const void* v, int64_t v_stride, const int32_t* cells, int n, float scale,
-                    const float* sinks, float* scores, float* out) {
-  DSPARK_CHECK_MSG(kv_type == DType::kF32 || kv_type == DType::kF16, "AttentionGroup: K/V must be F32 or F16");
-  HWY_DYNAMIC_DISPATCH(AttentionGroupImpl)(q, n_q, head_dim, head_dim_v, kv_type, k, k_stride, v, v_stride, cells, n,
-                                           scale, sinks, scores, out);
+void Attention(const float* q, int64_t q_stride, int n_q, int heads_per_row, int head_dim, int head_dim_v,
+               DType kv_type, const void* kt, const void* v, int64_t v_stride, int n, int shared,
+               const uint8_t* visible, float scale, const float* sinks, float* scratch, float* out,
+               int64_t out_stride) {
+  DSPARK_CHECK_MSG(kv_type == DType::kF32 || kv_type == DType::kF16, "Attention: K/V must be F32 or F16");
+  DSPARK_CHECK_MSG(heads_per_row > 0 && n_q % heads_per_row == 0, "Attention: n_q must be whole rows");
+  DSPARK_CHECK_MSG(shared >= 0 && shared <= n && (shared == n || visible != nullptr),
+                   "Attention: cells past `shared` need `visible`");
+  HWY_DYNAMIC_DISPATCH(AttentionImpl)(q, q_stride, n_q, heads_per_row, head_dim, head_dim_v, kv_type, kt, v, v_stride,
+                                      n, shared, visible, scale, sinks, scratch, out, out_stride);
+}
+
+int64_t AttentionScratch(int n_q, int n, int head_dim) {
+  return HWY_DYNAMIC_DISPATCH(AttentionScratchImpl)(n_q, n, head_dim);
 }
 }  // namespace ops
 }  // namespace dspark

@@ -1,8 +1,12 @@
-// ops::AttentionGroup on every attainable Highway target against the double-precision reference:
-// group sizes 1..9 (one and several passes of 4 heads), head sizes that are and are not multiples of
-// the vector width, scattered cells, attention sinks, F32 and F16 keys/values, and an empty context.
+// ops::Attention on every attainable Highway target against the double-precision reference run per
+// row over the cells that row sees: one row and blocks of rows, groups of 1..9 heads, head sizes that
+// are and are not multiples of the vector width, partial key tiles, a shared prefix with arbitrary
+// visibility after it, attention sinks, F32 and F16 keys/values, a row that sees nothing and an
+// empty context. And the property exact speculation rests on: a row's output is bitwise the same
+// computed alone or in a block with other rows.
+#include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,65 +21,146 @@
 namespace dspark {
 namespace {
 
+// Keys of n cells ([n][head_dim], row-major) in the tiled layout of ops::Attention.
+template <typename T>
+std::vector<T> TileKeys(const std::vector<T>& k, int n, int head_dim) {
+  const int tiles = (n + ops::kAttentionKeyTile - 1) / ops::kAttentionKeyTile;
+  std::vector<T> kt(static_cast<size_t>(tiles) * ops::kAttentionKeyTile * head_dim, T{});
+  for (int t = 0; t < n; ++t)
+    for (int i = 0; i < head_dim; ++i)
+      kt[(static_cast<size_t>(t / ops::kAttentionKeyTile) * head_dim + i) * ops::kAttentionKeyTile +
+         t % ops::kAttentionKeyTile] = k[static_cast<size_t>(t) * head_dim + i];
+  return kt;
+}
+
 struct Case {
-  int n_q, head_dim, head_dim_v, n;
-  bool scattered;
+  int rows, heads_per_row, head_dim, head_dim_v, n, shared;
   bool sinks = false;
 };
 
-TEST(AttentionGroup, MatchesReferenceOnEveryTarget) {
-  const Case cases[] = {{1, 64, 64, 1, false},  {2, 128, 128, 37, false}, {3, 64, 64, 200, true},
-                        {4, 16, 16, 5, false},   {5, 80, 80, 19, true},    {9, 24, 40, 33, false},
-                        {2, 7, 9, 3, true},      {8, 128, 128, 513, false}, {6, 64, 64, 40, false, true},
-                        {3, 16, 16, 1, false, true}};
-  for (const Case& c : cases) {
-    const int cells_total = c.n * 2 + 3;
-    const int64_t k_stride = c.head_dim * 3 + 5, v_stride = c.head_dim_v * 2 + 1;  // rows of other heads in between
-    const auto k = kernels::RandomVector(cells_total * k_stride, 1 + c.n);
-    const auto v = kernels::RandomVector(cells_total * v_stride, 2 + c.n);
-    const auto q = kernels::RandomVector(c.n_q * c.head_dim, 3 + c.n, 2.0f);  // sharp softmax: exercises max-subtraction
-    std::vector<int32_t> cells(c.n);
-    std::iota(cells.begin(), cells.end(), 0);
-    if (c.scattered) {
-      std::mt19937 rng(c.n);
-      for (auto& x : cells) x = static_cast<int32_t>(rng() % cells_total);
-    }
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+struct Data {
+  Case c;
+  std::vector<float> q, k, v, kr, vr, sink_logits;
+  std::vector<uint16_t> k16, v16;
+  std::vector<float> kt, ktr;
+  std::vector<uint16_t> kt16;
+  std::vector<uint8_t> visible;  // [rows][n - shared]
+  explicit Data(const Case& cs) : c(cs) {
+    const int n_q = c.rows * c.heads_per_row;
+    k = kernels::RandomVector(static_cast<int64_t>(c.n) * c.head_dim + 1, 11 + c.n);
+    v = kernels::RandomVector(static_cast<int64_t>(c.n) * c.head_dim_v + 1, 12 + c.n);
+    q = kernels::RandomVector(static_cast<int64_t>(n_q) * c.head_dim, 13 + c.n, 2.0f);  // sharp softmax
+    sink_logits = kernels::RandomVector(c.heads_per_row, 14 + c.n, 3.0f);
     // F16 cache: the reference sees the same half-rounded values, so the tolerance stays tight.
-    std::vector<uint16_t> k16(k.size()), v16(v.size());
-    std::vector<float> kr(k.size()), vr(v.size());
+    k16.resize(k.size());
+    v16.resize(v.size());
+    kr.resize(k.size());
+    vr.resize(v.size());
     for (size_t i = 0; i < k.size(); ++i) kr[i] = F16ToF32(k16[i] = F32ToF16(k[i]));
     for (size_t i = 0; i < v.size(); ++i) vr[i] = F16ToF32(v16[i] = F32ToF16(v[i]));
-    const auto sink_logits = kernels::RandomVector(c.n_q, 4 + c.n, 3.0f);
-    const float* sinks = c.sinks ? sink_logits.data() : nullptr;
-    std::vector<float> want(c.n_q * c.head_dim_v), want16(c.n_q * c.head_dim_v);
-    ref::AttentionGroup(q.data(), c.n_q, c.head_dim, c.head_dim_v, k.data(), k_stride, v.data(), v_stride,
-                        cells.data(), c.n, scale, sinks, want.data());
-    ref::AttentionGroup(q.data(), c.n_q, c.head_dim, c.head_dim_v, kr.data(), k_stride, vr.data(), v_stride,
-                        cells.data(), c.n, scale, sinks, want16.data());
+    kt = TileKeys(k, c.n, c.head_dim);
+    kt16 = TileKeys(k16, c.n, c.head_dim);
+    std::mt19937 rng(c.n + c.rows);
+    visible.assign(static_cast<size_t>(c.rows) * (c.n - c.shared), 1);
+    for (auto& x : visible) x = (rng() % 3) != 0;
+    if (c.shared == 0 && c.rows > 1)  // the last row sees nothing: zeros, not NaN
+      std::fill(visible.end() - c.n, visible.end(), 0);
+  }
+  bool Sees(int r, int t) const { return t < c.shared || visible[static_cast<size_t>(r) * (c.n - c.shared) + t - c.shared]; }
+  const float* Sinks() const { return c.sinks ? sink_logits.data() : nullptr; }
+  float Scale() const { return 1.0f / std::sqrt(static_cast<float>(c.head_dim)); }
+  // ops::Attention over cells [0, n_used) for `rows`, as a caller holding only these rows passes them.
+  std::vector<float> Run(DType type, const std::vector<int>& rows, int n_used) const {
+    const int hpr = c.heads_per_row;
+    const int shared = std::min(c.shared, n_used);
+    std::vector<float> qs;
+    std::vector<uint8_t> vis;
+    for (int r : rows) {
+      qs.insert(qs.end(), q.begin() + static_cast<int64_t>(r) * hpr * c.head_dim,
+                q.begin() + static_cast<int64_t>(r + 1) * hpr * c.head_dim);
+      for (int t = shared; t < n_used; ++t) vis.push_back(Sees(r, t));
+    }
+    const int n_q = static_cast<int>(rows.size()) * hpr;
+    std::vector<float> scratch(ops::AttentionScratch(n_q, n_used, c.head_dim));
+    std::vector<float> out(static_cast<size_t>(n_q) * c.head_dim_v, -999.f);
+    const bool half = type == DType::kF16;
+    ops::Attention(qs.data(), static_cast<int64_t>(hpr) * c.head_dim, n_q, hpr, c.head_dim, c.head_dim_v, type,
+                   half ? static_cast<const void*>(kt16.data()) : kt.data(),
+                   half ? static_cast<const void*>(v16.data()) : v.data(), c.head_dim_v, n_used, shared,
+                   shared == n_used ? nullptr : vis.data(), Scale(), Sinks(), scratch.data(), out.data(),
+                   static_cast<int64_t>(hpr) * c.head_dim_v);
+    return out;
+  }
+};
+
+const Case kCases[] = {{1, 2, 128, 128, 520, 520},  {8, 2, 128, 128, 520, 512}, {1, 1, 64, 64, 1, 1},
+                       {3, 3, 64, 64, 45, 40},      {11, 2, 80, 80, 19, 0},     {2, 6, 16, 24, 7, 2, true},
+                       {2, 1, 7, 9, 5, 5},          {4, 9, 24, 40, 33, 30},     {5, 3, 64, 64, 600, 590, true},
+                       {1, 4, 16, 16, 64, 64, true}};
+
+TEST(Attention, MatchesReferenceOnEveryTarget) {
+  for (const Case& c : kCases) {
+    const Data data(c);
+    const int hpr = c.heads_per_row;
+    std::vector<float> want(static_cast<size_t>(c.rows) * hpr * c.head_dim_v, 0.f), want16(want.size(), 0.f);
+    for (int r = 0; r < c.rows; ++r) {
+      std::vector<int32_t> seen;
+      for (int t = 0; t < c.n; ++t)
+        if (data.Sees(r, t)) seen.push_back(t);
+      if (seen.empty()) continue;
+      const int64_t qo = static_cast<int64_t>(r) * hpr;
+      ref::AttentionGroup(data.q.data() + qo * c.head_dim, hpr, c.head_dim, c.head_dim_v, data.k.data(), c.head_dim,
+                          data.v.data(), c.head_dim_v, seen.data(), static_cast<int>(seen.size()), data.Scale(),
+                          data.Sinks(), want.data() + qo * c.head_dim_v);
+      ref::AttentionGroup(data.q.data() + qo * c.head_dim, hpr, c.head_dim, c.head_dim_v, data.kr.data(), c.head_dim,
+                          data.vr.data(), c.head_dim_v, seen.data(), static_cast<int>(seen.size()), data.Scale(),
+                          data.Sinks(), want16.data() + qo * c.head_dim_v);
+    }
+    std::vector<int> all(c.rows);
+    for (int r = 0; r < c.rows; ++r) all[r] = r;
     kernels::ForEachTarget([&](const std::string& target) {
       for (const DType type : {DType::kF32, DType::kF16}) {
-        const bool half = type == DType::kF16;
-        std::vector<float> scores(c.n_q * c.n + 1), got(c.n_q * c.head_dim_v, -999.f);
-        ops::AttentionGroup(q.data(), c.n_q, c.head_dim, c.head_dim_v, type,
-                            half ? static_cast<const void*>(k16.data()) : k.data(), k_stride,
-                            half ? static_cast<const void*>(v16.data()) : v.data(), v_stride, cells.data(), c.n, scale,
-                            sinks, scores.data(), got.data());
-        const std::vector<float>& w = half ? want16 : want;
+        const std::vector<float> got = data.Run(type, all, c.n);
+        const std::vector<float>& w = type == DType::kF16 ? want16 : want;
         for (size_t i = 0; i < got.size(); ++i)
           ASSERT_NEAR(got[i], w[i], 2e-5 * std::max(1.0f, std::fabs(w[i])))
-              << target << " " << DTypeName(type) << " n_q=" << c.n_q << " hd=" << c.head_dim << " n=" << c.n
-              << " i=" << i;
+              << target << " " << DTypeName(type) << " rows=" << c.rows << " hpr=" << hpr << " hd=" << c.head_dim
+              << " n=" << c.n << " i=" << i;
       }
     });
   }
 }
 
-TEST(AttentionGroup, EmptyContextGivesZeros) {
+TEST(Attention, RowAloneEqualsRowInBlockBitwise) {
+  for (const Case& c : kCases) {
+    if (c.rows < 2) continue;
+    const Data data(c);
+    const size_t per_row = static_cast<size_t>(c.heads_per_row) * c.head_dim_v;
+    std::vector<int> all(c.rows);
+    for (int r = 0; r < c.rows; ++r) all[r] = r;
+    kernels::ForEachTarget([&](const std::string& target) {
+      for (const DType type : {DType::kF32, DType::kF16}) {
+        const std::vector<float> block = data.Run(type, all, c.n);
+        for (int r = 0; r < c.rows; ++r) {
+          // Alone, the row holds only the cells up to the last one it sees (as in decode).
+          int last = 0;
+          for (int t = 0; t < c.n; ++t)
+            if (data.Sees(r, t)) last = t + 1;
+          if (last == 0) continue;
+          const std::vector<float> alone = data.Run(type, {r}, last);
+          ASSERT_EQ(0, std::memcmp(alone.data(), block.data() + r * per_row, per_row * sizeof(float)))
+              << target << " " << DTypeName(type) << " rows=" << c.rows << " row " << r;
+        }
+      }
+    });
+  }
+}
+
+TEST(Attention, EmptyContextGivesZeros) {
   const std::vector<float> q(2 * 16, 1.f), k(16), v(16);
-  std::vector<float> scores(1), out(2 * 16, 5.f);
-  ops::AttentionGroup(q.data(), 2, 16, 16, DType::kF32, k.data(), 16, v.data(), 16, nullptr, 0, 0.25f, nullptr,
-                      scores.data(), out.data());
+  std::vector<float> scratch(ops::AttentionScratch(2, 0, 16) + 1), out(2 * 16, 5.f);
+  ops::Attention(q.data(), 32, 2, 2, 16, 16, DType::kF32, k.data(), v.data(), 16, 0, 0, nullptr, 0.25f, nullptr,
+                 scratch.data(), out.data(), 32);
   for (float x : out) EXPECT_EQ(x, 0.f);
 }
 

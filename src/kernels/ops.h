@@ -70,14 +70,26 @@ void Scale(float alpha, int64_t n, float* x);
 // dst[i] = x[i] rounded to IEEE half (round to nearest even), as F16C's vcvtps2ph.
 void ConvertToF16(const float* x, int64_t n, uint16_t* dst);
 
-// Attention of one query position for the n_q query heads that share one K/V head (a GQA group):
-//   out[h] = Σ_t softmax_t(scale · q[h]·K_t) · V_t,   K_t = k + cells[t]·k_stride, V_t = v + cells[t]·v_stride
-// K and V hold kv_type elements (F32 or F16; strides count elements), q and out are float.
-// q: [n_q][head_dim], out: [n_q][head_dim_v], scores: scratch of n_q·n floats. Each K and V row is
-// read once for the whole group. sinks (nullptr: none): one extra logit per head that takes part
-// in the softmax but contributes no value (attention sinks). n = 0 gives zeros.
-void AttentionGroup(const float* q, int n_q, int head_dim, int head_dim_v, DType kv_type, const void* k,
-                    int64_t k_stride, const void* v, int64_t v_stride, const int32_t* cells, int n, float scale,
-                    const float* sinks, float* scores, float* out);
+// Cells per key tile of the attention K layout: the keys of one head are stored as
+// [tile][head_dim][kAttentionKeyTile] (element i of cell t at kt[(t / 32 * head_dim + i) * 32 + t % 32]).
+inline constexpr int kAttentionKeyTile = 32;
+
+// Attention of query rows of one sequence over cells 0..n-1 of one K/V head:
+//   out[h] = Σ_t softmax_t(scale · q[h]·K_t) · V_t
+// The n_q query heads are the heads_per_row heads (e.g. a GQA group) of n_q / heads_per_row rows:
+// head h is q + (h / heads_per_row)·q_stride + (h % heads_per_row)·head_dim, and its output goes to
+// out + (h / heads_per_row)·out_stride + (h % heads_per_row)·head_dim_v. kt: the head's keys in the
+// tiled layout above; v: its values, row t at v + t·v_stride; both of kv_type (F32 or F16).
+// Every row sees cells [0, shared); past that, row r sees cell t iff visible[r·(n − shared) + t −
+// shared] (visible may be nullptr when shared == n). sinks (nullptr: none): one extra logit per head
+// of a row (sinks[h % heads_per_row]) that takes part in the softmax but adds no value. A row that
+// sees nothing gets zeros. scratch: AttentionScratch(n_q, n, head_dim) floats.
+// A row's result is bitwise the same whichever other rows share the call, so a verification block
+// reproduces decode exactly; key tiles are loaded once for every head of every row.
+void Attention(const float* q, int64_t q_stride, int n_q, int heads_per_row, int head_dim, int head_dim_v,
+               DType kv_type, const void* kt, const void* v, int64_t v_stride, int n, int shared,
+               const uint8_t* visible, float scale, const float* sinks, float* scratch, float* out,
+               int64_t out_stride);
+int64_t AttentionScratch(int n_q, int n, int head_dim);
 
 }  // namespace dspark::ops

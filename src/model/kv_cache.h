@@ -2,9 +2,12 @@
 // rolling back rejected draft tokens is `Truncate(seq, n)` and forking a sequence is a copy.
 // A cell's RoPE position is whatever the batch row said (positions may repeat in token trees);
 // the cell index only orders the cache.
-// Layout: [layer][seq][kv head][cell][head_dim]: the keys of one head are contiguous, so attention
-// streams them sequentially (with the heads interleaved per cell, every key row started a new
-// 4 KiB page for Qwen3-0.6B, and a 512-token context cost as much as the weights).
+// Layout: [layer][seq][kv head][...]: each head's cells are contiguous, so attention streams them
+// sequentially (with the heads interleaved per cell, every key row started a new 4 KiB page for
+// Qwen3-0.6B, and a 512-token context cost as much as the weights). Values are [cell][head_dim_v];
+// keys are in tiles of ops::kAttentionKeyTile cells, transposed ([tile][head_dim][32]), the layout
+// ops::Attention reads (one vector = one dimension of consecutive keys: no horizontal sums, and
+// the same arithmetic for a row alone or in a verification block).
 // Element type: F16 by default (as llama.cpp's default cache type): half the bytes attention
 // streams per token; F32 keeps the projections exactly (the tight reference tests use it).
 #pragma once
@@ -35,11 +38,11 @@ class KvCache {
   void Clear(int seq) { length_[seq] = 0; }
   void ClearAll();
 
-  // One head's key [head_dim] / value [head_dim_v] at `cell`, elements of type(); the next cell
-  // follows contiguously.
-  const void* K(int layer, int seq, int head, int cell) const {
-    return k_.data() + Offset(layer, seq, head, cell) * head_dim_ * elem_;
+  // One head's keys of every cell in ops::Attention's tiled layout, elements of type().
+  const void* KTiles(int layer, int seq, int head) const {
+    return k_.data() + Offset(layer, seq, head, 0) * head_dim_ * elem_;
   }
+  // One head's value [head_dim_v] at `cell`, elements of type(); the next cell follows contiguously.
   const void* V(int layer, int seq, int head, int cell) const {
     return v_.data() + Offset(layer, seq, head, cell) * head_dim_v_ * elem_;
   }
@@ -59,12 +62,14 @@ class KvCache {
   size_t bytes() const { return k_.size() + v_.size(); }
 
  private:
+  // Element rows (of head_dim or head_dim_v) before `cell` of a head; heads hold n_cap_ cells.
   size_t Offset(int layer, int seq, int head, int cell) const {
-    return ((static_cast<size_t>(layer) * n_seq_ + seq) * n_head_kv_ + head) * n_ctx_ + cell;
+    return ((static_cast<size_t>(layer) * n_seq_ + seq) * n_head_kv_ + head) * n_cap_ + cell;
   }
   void Store(const float* src, size_t n, uint8_t* dst) const;
 
   int n_layer_, n_seq_, n_ctx_, n_head_kv_;
+  int n_cap_;  // n_ctx rounded up to whole key tiles
   size_t head_dim_, head_dim_v_;
   DType type_;
   size_t elem_;  // bytes per element

@@ -110,6 +110,45 @@ void RmsNormRows(const float* x, const std::vector<float>& w, float eps, int n, 
   });
 }
 
+
+// Rows of one sequence that one ops::Attention call serves (consecutive in the batch): their heads
+// share every key tile load. A row's result does not depend on which unit it lands in.
+struct AttentionUnit {
+  int first = 0, rows = 0;        // batch rows [first, first + rows)
+  int n = 0, shared = 0;          // cells [0, n) of the sequence; every row sees [0, shared)
+  std::vector<uint8_t> visible;   // [rows][n - shared]
+};
+
+// visible[i]: the cells row i sees in ascending order, its sequence's committed prefix (prefix[i]
+// cells) first. Units take up to ~16 query heads (one AVX-512 vector of keys per head and tile
+// row) so a verification block or a prefill chunk shares its key loads.
+std::vector<AttentionUnit> PlanAttention(const Batch& batch, const std::vector<std::vector<int32_t>>& visible,
+                                         const std::vector<int>& prefix, int group) {
+  const int n = batch.size();
+  const int per_unit = std::max(1, 16 / group);
+  std::vector<AttentionUnit> units;
+  for (int i = 0; i < n;) {
+    AttentionUnit u;
+    u.first = i;
+    while (i < n && u.rows < per_unit && batch.rows[i].seq == batch.rows[u.first].seq) ++i, ++u.rows;
+    u.shared = prefix[u.first];
+    u.n = u.shared;
+    for (int r = 0; r < u.rows; ++r)
+      if (!visible[u.first + r].empty()) u.n = std::max(u.n, visible[u.first + r].back() + 1);
+    u.visible.assign(static_cast<size_t>(u.rows) * (u.n - u.shared), 0);
+    bool all = true;
+    for (int r = 0; r < u.rows; ++r) {
+      const auto& vis = visible[u.first + r];
+      int seen = 0;
+      for (size_t t = u.shared; t < vis.size(); ++t, ++seen) u.visible[r * (u.n - u.shared) + vis[t] - u.shared] = 1;
+      all = all && seen == u.n - u.shared;
+    }
+    if (all) u.shared = u.n, u.visible.clear();  // e.g. one decode row: no mask to apply
+    units.push_back(std::move(u));
+  }
+  return units;
+}
+
 }  // namespace
 
 Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadPool& pool,
@@ -163,7 +202,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
 
   const int group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  std::vector<std::vector<float>> scores(pool.num_threads(), std::vector<float>(static_cast<size_t>(group) * (cache.n_ctx() + n)));
+  const std::vector<AttentionUnit> units = PlanAttention(batch, visible, prefix, group);
 
   for (int il = 0; il < c.n_layer; ++il) {
     const LayerWeights& L = weights_.layers[il];
@@ -194,18 +233,23 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
       }
     });
 
-    // One task per (K/V head, row): the group's query heads are contiguous in q and in att. Tasks
-    // run head-major so consecutive rows of a verification block reuse one head's K/V (contiguous
-    // in the cache) from L2 instead of streaming it from memory once per row.
-    pool.ParallelFor(static_cast<int64_t>(n) * c.n_head_kv, [&](int64_t task, int thread) {
-      const int kvh = static_cast<int>(task / n);
-      const int i = static_cast<int>(task % n);
-      const int seq = batch.rows[i].seq;
-      const float* q = s.q.data() + static_cast<size_t>(i) * c.q_dim() + static_cast<size_t>(kvh) * group * c.head_dim;
-      float* o = s.att.data() + static_cast<size_t>(i) * c.n_head * c.head_dim_v + static_cast<size_t>(kvh) * group * c.head_dim_v;
-      ops::AttentionGroup(q, group, c.head_dim, c.head_dim_v, cache.type(), cache.K(il, seq, kvh, 0), c.head_dim,
-                          cache.V(il, seq, kvh, 0), c.head_dim_v, visible[i].data(),
-                          static_cast<int>(visible[i].size()), scale, /*sinks=*/nullptr, scores[thread].data(), o);
+    // One task per (K/V head, unit): the group's query heads are contiguous in q and in att. Tasks
+    // run head-major so consecutive units of a sequence reuse one head's K/V (contiguous in the
+    // cache) from L2 instead of streaming it from memory once per unit.
+    const int64_t n_units = static_cast<int64_t>(units.size());
+    pool.ParallelFor(n_units * c.n_head_kv, [&](int64_t task, int) {
+      const int kvh = static_cast<int>(task / n_units);
+      const AttentionUnit& u = units[task % n_units];
+      const int seq = batch.rows[u.first].seq;
+      thread_local std::vector<float> scratch;
+      scratch.resize(static_cast<size_t>(ops::AttentionScratch(u.rows * group, u.n, c.head_dim)));
+      ops::Attention(s.q.data() + static_cast<size_t>(u.first) * c.q_dim() + static_cast<size_t>(kvh) * group * c.head_dim,
+                     c.q_dim(), u.rows * group, group, c.head_dim, c.head_dim_v, cache.type(), cache.KTiles(il, seq, kvh),
+                     cache.V(il, seq, kvh, 0), c.head_dim_v, u.n, u.shared, u.visible.empty() ? nullptr : u.visible.data(),
+                     scale, /*sinks=*/nullptr, scratch.data(),
+                     s.att.data() + static_cast<size_t>(u.first) * c.n_head * c.head_dim_v +
+                         static_cast<size_t>(kvh) * group * c.head_dim_v,
+                     static_cast<int64_t>(c.n_head) * c.head_dim_v);
     });
     ops::MatMul(L.wo, s.att.data(), n, s.tmp.data(), pool);
     ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());

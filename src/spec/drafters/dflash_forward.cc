@@ -103,12 +103,16 @@ Status DflashForward::Run(const float* feats, int n_ctx_rows, std::span<const in
   }
   const int group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  scores_.resize(pool.num_threads());
-  for (auto& s : scores_) s.resize(static_cast<size_t>(group) * (n_cells + n_blk));
-  if (cells_.size() < static_cast<size_t>(n_cells + n_blk)) {
-    cells_.resize(n_cells + n_blk);
-    std::iota(cells_.begin(), cells_.end(), 0);
+  // Causal blocks: row i sees the context and block rows 0..i.
+  const int n_all = n_cells + n_blk;
+  if (c.causal) {
+    causal_.assign(rows * rows, 0);
+    for (int i = 0; i < n_blk; ++i)
+      for (int j = 0; j <= i; ++j) causal_[static_cast<size_t>(i) * n_blk + j] = 1;
   }
+  // Rows per attention call: ~16 query heads share each key tile load (as in Model::Forward).
+  const int per_unit = std::max(1, 16 / group);
+  const int n_units = (n_blk + per_unit - 1) / per_unit;
 
   for (int il = 0; il < c.n_layer; ++il) {
     const DflashLayer& L = w.layers[il];
@@ -124,17 +128,22 @@ Status DflashForward::Run(const float* feats, int n_ctx_rows, std::span<const in
       NormRope(rope_, ct, st, L.k_norm, c.rms_eps, c.n_head_kv, c.head_dim, k);
       cache_.Write(il, 0, n_cells + i, k, v_.data() + static_cast<size_t>(i) * kv_dim);
     }
-    // One task per (block row, K/V head); the context and the block rows it sees are cells
-    // 0..n_vis-1. An attention sink is one more logit per head that contributes no value.
-    pool.ParallelFor(static_cast<int64_t>(n_blk) * c.n_head_kv, [&](int64_t task, int thread) {
-      const int i = static_cast<int>(task / c.n_head_kv);
-      const int kvh = static_cast<int>(task % c.n_head_kv);
+    // One task per (K/V head, unit of block rows); every row sees the context (cells
+    // 0..n_cells-1) and the block rows its mask allows. An attention sink is one more logit per
+    // head that contributes no value.
+    pool.ParallelFor(static_cast<int64_t>(n_units) * c.n_head_kv, [&](int64_t task, int) {
+      const int kvh = static_cast<int>(task / n_units);
+      const int r0 = static_cast<int>(task % n_units) * per_unit;
+      const int nr = std::min(per_unit, n_blk - r0);
       const size_t head0 = static_cast<size_t>(kvh) * group;
-      const int n_vis = n_cells + (c.causal ? i + 1 : n_blk);
-      ops::AttentionGroup(q_.data() + static_cast<size_t>(i) * c.q_dim() + head0 * c.head_dim, group, c.head_dim,
-                          c.head_dim, cache_.type(), cache_.K(il, 0, kvh, 0), c.head_dim, cache_.V(il, 0, kvh, 0), c.head_dim,
-                          cells_.data(), n_vis, scale, L.attn_sinks.empty() ? nullptr : L.attn_sinks.data() + head0,
-                          scores_[thread].data(), att_.data() + static_cast<size_t>(i) * c.q_dim() + head0 * c.head_dim);
+      thread_local std::vector<float> scratch;
+      scratch.resize(static_cast<size_t>(ops::AttentionScratch(nr * group, n_all, c.head_dim)));
+      ops::Attention(q_.data() + static_cast<size_t>(r0) * c.q_dim() + head0 * c.head_dim, c.q_dim(), nr * group, group,
+                     c.head_dim, c.head_dim, cache_.type(), cache_.KTiles(il, 0, kvh), cache_.V(il, 0, kvh, 0),
+                     c.head_dim, n_all, c.causal ? n_cells : n_all,
+                     c.causal ? causal_.data() + static_cast<size_t>(r0) * n_blk : nullptr, scale,
+                     L.attn_sinks.empty() ? nullptr : L.attn_sinks.data() + head0, scratch.data(),
+                     att_.data() + static_cast<size_t>(r0) * c.q_dim() + head0 * c.head_dim, c.q_dim());
     });
     ops::MatMul(L.wo, att_.data(), n_blk, tmp_.data(), pool);
     ops::Add(tmp_.data(), static_cast<int64_t>(n_blk) * E, x_.data());

@@ -47,8 +47,7 @@ class DflashForward {
   KvCache cache_;  // one sequence: context cells, then scratch cells for the block
   // Scratch, reused across calls.
   std::vector<float> g_, kv_, x_, h_, q_, k_, v_, att_, tmp_, gate_, up_, cos_, sin_;
-  std::vector<std::vector<float>> scores_;
-  std::vector<int32_t> cells_;  // 0, 1, 2, ...: the cells attention reads (a prefix of the cache)
+  std::vector<uint8_t> causal_;  // [block row][block row]: the causal mask of a causal drafter
 };
 
 }  // namespace dspark
