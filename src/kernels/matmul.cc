@@ -33,6 +33,28 @@ void QuantizeActivationsForTest(bool k_quant, int sub, const float* x, int64_t c
 }  // namespace kernels
 
 namespace ops {
+namespace {
+bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+// Float weights: [group of 16 rows][cols][16] (matmul_float-inl.h), the same on every target.
+void PackFloat(const WeightView& w, void* dst, ThreadPool& pool) {
+  const size_t elem = w.type == DType::kF32 ? 4 : 2;
+  constexpr int64_t kG = 16;
+  const int64_t groups = (w.rows + kG - 1) / kG;
+  auto* out = static_cast<uint8_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(w.data);
+  pool.ParallelRange(groups, 4, [&](int64_t gb, int64_t ge, int) {
+    for (int64_t g = gb; g < ge; ++g) {
+      uint8_t* og = out + static_cast<size_t>(g) * w.cols * kG * elem;
+      std::memset(og, 0, static_cast<size_t>(w.cols) * kG * elem);
+      for (int64_t l = 0; l < kG && g * kG + l < w.rows; ++l) {
+        const uint8_t* row = in + static_cast<size_t>(g * kG + l) * w.cols * elem;
+        for (int64_t k = 0; k < w.cols; ++k) std::memcpy(og + (k * kG + l) * elem, row + k * elem, elem);
+      }
+    }
+  });
+}
+}  // namespace
 
 bool MatMulSupports(DType type) {
   switch (type) {
@@ -49,7 +71,7 @@ void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool
   DSPARK_CHECK_MSG(MatMulSupports(w.type), "MatMul: unsupported weight type");
   DSPARK_CHECK_MSG(w.cols % Info(w.type).block_size == 0, "MatMul: cols not a block multiple");
   if (m <= 0 || w.rows <= 0) return;
-  if (w.type == DType::kF32 || w.type == DType::kF16 || w.type == DType::kBF16) {
+  if (IsFloat(w.type)) {
     HWY_DYNAMIC_DISPATCH(MatMulFloatImpl)(w, x, m, y, pool);
   } else if (w.packed != nullptr) {
     HWY_DYNAMIC_DISPATCH(MatMulPackedImpl)(w, x, m, y, pool);
@@ -58,12 +80,18 @@ void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool
   }
 }
 
+
 size_t PackedBytes(DType type, int64_t rows, int64_t cols) {
+  if (IsFloat(type)) {
+    if (rows <= 0 || cols <= 0) return 0;
+    return static_cast<size_t>((rows + 15) / 16) * 16 * cols * (type == DType::kF32 ? 4 : 2);
+  }
   return HWY_DYNAMIC_DISPATCH(PackedBytesImpl)(type, rows, cols);
 }
 
 void PackWeights(const WeightView& w, void* dst, ThreadPool& pool) {
   DSPARK_CHECK_MSG(PackedBytes(w.type, w.rows, w.cols) > 0, "PackWeights: no packed layout for this type here");
+  if (IsFloat(w.type)) return PackFloat(w, dst, pool);
   HWY_DYNAMIC_DISPATCH(PackWeightsImpl)(w, dst, pool);
 }
 

@@ -2,6 +2,7 @@
 // quantised activations, exact integer block sums), plus a loose check against the float product
 // with dequantised weights, which catches errors shared by kernel and reference.
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -158,11 +159,52 @@ TEST_P(MatMulTypes, PackedLayoutMatchesReference) {
       kernels::ForEachTarget([&](const std::string& target) { ExpectMatchesRef(w.view, x, m, pool, target); });
     }
   }
-  // The layout exists for Q8_0, Q4_K and Q6_K on AVX-512 VNNI CPUs; elsewhere MatMul reads the rows.
+  // The layout exists for float types everywhere, and for Q8_0, Q4_K and Q6_K on AVX-512 VNNI
+  // CPUs; elsewhere MatMul reads the rows.
+  const bool is_float = t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
   const bool has_layout = t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ6_K;
-  if (has_layout && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) {
+  if (is_float || (has_layout && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0)) {
     EXPECT_EQ(packed_shapes, 5);
   }
+}
+
+// Exact speculation needs a row's logits to be bitwise the same whether the row is decoded alone
+// (m = 1) or verified in a block: with packed weights every output is one accumulation chain per
+// row, whatever m (up to a verification block's 16) and the row-chunk it lands in. Float layouts
+// on every target; the quantised ones where this CPU has them (its best target).
+TEST(MatMul, PackedRowAloneEqualsRowInBlockBitwise) {
+  ThreadPool pool(2);
+  const int64_t rows = 37, cols = 4 * 256;
+  int checked = 0;
+  for (const DType t : kAllTypes) {
+    const size_t bytes = ops::PackedBytes(t, rows, cols);
+    if (bytes == 0) continue;  // no packed layout for this type on this CPU
+    ++checked;
+    Weights w = MakeWeights(t, rows, cols, 77);
+    std::vector<uint8_t> packed(bytes + 64);
+    auto* dst = reinterpret_cast<void*>(kernels::RoundUp(reinterpret_cast<uintptr_t>(packed.data()), 64));
+    ops::PackWeights(w.view, dst, pool);
+    w.view.packed = dst;
+    const bool is_float = t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+    for (int64_t m : {2, 9, 16}) {
+      const auto x = kernels::RandomVector(m * cols, 900 + m);
+      const auto check = [&](const std::string& target) {
+        std::vector<float> block(m * rows), alone(rows);
+        ops::MatMul(w.view, x.data(), m, block.data(), pool);
+        for (int64_t j = 0; j < m; ++j) {
+          ops::MatMul(w.view, x.data() + j * cols, 1, alone.data(), pool);
+          ASSERT_EQ(0, std::memcmp(alone.data(), block.data() + j * rows, rows * sizeof(float)))
+              << target << " " << DTypeName(t) << " m=" << m << " row " << j;
+        }
+      };
+      if (is_float) {
+        kernels::ForEachTarget(check);
+      } else {
+        check("best");
+      }
+    }
+  }
+  EXPECT_GE(checked, 3);  // the float layouts exist on every CPU
 }
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatMulTypes, ::testing::ValuesIn(kAllTypes),

@@ -24,8 +24,9 @@ struct WeightView {
 };
 
 // Bytes of the packed layout of a rows x cols matrix of `type` on this CPU, or 0 when this CPU has
-// no packed kernel for the type (today: Q8_0, Q4_K and Q6_K on AVX-512 VNNI, where decode reads 16
-// weight rows per vector instead of one, see kernels/matmul_packed-inl.h).
+// no packed kernel for the type: F32, F16 and BF16 everywhere (kernels/matmul_float-inl.h), Q8_0,
+// Q4_K and Q6_K on AVX-512 VNNI (kernels/matmul_packed-inl.h). Packed kernels read 16 weight rows
+// per vector instead of one.
 size_t PackedBytes(DType type, int64_t rows, int64_t cols);
 // Writes the packed layout of w to dst (64-byte aligned, PackedBytes(w.type, w.rows, w.cols) bytes).
 void PackWeights(const WeightView& w, void* dst, ThreadPool& pool);
