@@ -157,7 +157,7 @@ inline void PackWeightsImpl(const ops::WeightView& w, void* dst, ThreadPool& poo
 }
 
 inline void MatMulPackedImpl(const ops::WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
-  if (w.packed != nullptr && m <= kPackedMaxM) {
+  if (w.packed != nullptr) {
     switch (w.type) {
       case DType::kQ8_0: MatMulPackedRun<PackedQ8_0>(w, x, m, y, pool); return;
       case DType::kQ4_K: MatMulPackedRun<PackedQ4_K>(w, x, m, y, pool); return;

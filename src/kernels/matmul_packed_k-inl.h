@@ -1,5 +1,5 @@
 // Packed-layout formats of the K-quants for the driver in matmul_packed_common-inl.h (AVX-512 VNNI,
-// decode and verification, m <= 16). As for Q8_0 (matmul_packed-inl.h), 16 weight rows sit in the
+// every m: decode, verification and prefill). As for Q8_0 (matmul_packed-inl.h), 16 weight rows sit in the
 // 16 int32 lanes of a zmm, so one vpdpbusd multiplies 4 columns of 16 rows by one activation dword
 // broadcast from memory, and scales are per-lane vectors instead of per-block shuffles.
 //

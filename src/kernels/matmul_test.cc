@@ -153,7 +153,7 @@ TEST_P(MatMulTypes, PackedLayoutMatchesReference) {
       w.view.packed = dst;
       ++packed_shapes;
     }
-    // Every row-chunk width of the kernels (1..8), chunk tails (9, 13), and m past kPackedMaxM.
+    // Every row-chunk width of the kernels (1..8), chunk tails (9, 13), and m past two chunks.
     for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 33}) {
       const auto x = kernels::RandomVector(m * s.cols, 500 + m);
       kernels::ForEachTarget([&](const std::string& target) { ExpectMatchesRef(w.view, x, m, pool, target); });
@@ -170,7 +170,7 @@ TEST_P(MatMulTypes, PackedLayoutMatchesReference) {
 
 // Exact speculation needs a row's logits to be bitwise the same whether the row is decoded alone
 // (m = 1) or verified in a block: with packed weights every output is one accumulation chain per
-// row, whatever m (up to a verification block's 16) and the row-chunk it lands in. Float layouts
+// row, whatever m (a verification block, a batch of sequences) and the row-chunk it lands in. Float layouts
 // on every target; the quantised ones where this CPU has them (its best target).
 TEST(MatMul, PackedRowAloneEqualsRowInBlockBitwise) {
   ThreadPool pool(2);
@@ -186,7 +186,7 @@ TEST(MatMul, PackedRowAloneEqualsRowInBlockBitwise) {
     ops::PackWeights(w.view, dst, pool);
     w.view.packed = dst;
     const bool is_float = t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
-    for (int64_t m : {2, 9, 16}) {
+    for (int64_t m : {2, 9, 16, 37}) {
       const auto x = kernels::RandomVector(m * cols, 900 + m);
       const auto check = [&](const std::string& target) {
         std::vector<float> block(m * rows), alone(rows);
