@@ -140,12 +140,13 @@ void MatMulFloatPacked(const WT* packed, int64_t rows, int64_t cols, const float
   constexpr int kMaxM = std::max(1, 8 * static_cast<int>(hn::MaxLanes(df)) / static_cast<int>(kFloatGroupRows));
   const int64_t groups = (rows + kFloatGroupRows - 1) / kFloatGroupRows;
   // Activation rows interleaved per chunk of kMaxM: chunk j0 (mt rows) holds [cols][mt].
+  // One row is its own interleaving: decode copies nothing.
   thread_local std::vector<float> xi_buf;
-  xi_buf.resize(static_cast<size_t>(m * cols));
-  float* xi = xi_buf.data();
-  for (int64_t j0 = 0; j0 < m; j0 += kMaxM) {
+  if (m > 1) xi_buf.resize(static_cast<size_t>(m * cols));
+  const float* xi = m == 1 ? x : xi_buf.data();
+  for (int64_t j0 = 0; m > 1 && j0 < m; j0 += kMaxM) {
     const int64_t mt = std::min<int64_t>(kMaxM, m - j0);
-    float* dst = xi + j0 * cols;
+    float* dst = xi_buf.data() + j0 * cols;
     for (int64_t j = 0; j < mt; ++j)
       for (int64_t k = 0; k < cols; ++k) dst[k * mt + j] = x[(j0 + j) * cols + k];
   }

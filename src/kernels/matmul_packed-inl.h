@@ -56,6 +56,7 @@ struct PackedQ8_0 {
   static constexpr int64_t kUnitBytes = kPackedRows * 32;
   static constexpr int kSub = 32;
   static constexpr bool kKQuant = false;
+  static constexpr bool kInterleavedActs = false;  // reads ActRows::a (see Kernel)
   // 16 blocks of 16 rows = 8.5 KiB.
   static constexpr int64_t kTileUnits = 16;
 

@@ -7,6 +7,7 @@
 //   kUnitCols, kUnitBytes: columns of one unit (a block or super-block) and its packed bytes in
 //     one 16-row group (a multiple of 64 so every unit starts on a cache line)
 //   kSub, kKQuant: activation sub-block and format (Q8_0 or Q8_K) of QuantizeActQ8_0/_K
+//   kInterleavedActs: the kernel reads PackedActs::inter (built only then)
 //   kTileUnits: units per column tile (~8-10 KiB of packed bytes: L1 holds a tile for all chunks)
 //   HeaderBytes(units): bytes in front of a group's units (Q8_0's scale region), a multiple of 64
 //   PackGroup(w, layout, group, dst): writes one group (rows past w.rows as zeros)
@@ -204,7 +205,7 @@ inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m,
     } else {
       for (int64_t j = 0; j < m; ++j) quantize(j);
     }
-    if (m > 1) InterleaveChunks(pa, inter);
+    if (Format::kInterleavedActs && m > 1) InterleaveChunks(pa, inter);  // Q8_0 reads the rows
   }
 
   const auto* packed = static_cast<const uint8_t*>(w.packed);

@@ -73,6 +73,7 @@ struct PackedQ4_K {
   static constexpr int64_t kUnitBytes = kScaleBytes + 8 * kSubBytes;
   static constexpr int kSub = 32;
   static constexpr bool kKQuant = true;
+  static constexpr bool kInterleavedActs = true;  // reads ActRows::A
   // 4 super-blocks of 16 rows = 9.25 KiB.
   static constexpr int64_t kTileUnits = 4;
   static_assert(kUnitBytes % 64 == 0);
@@ -214,6 +215,7 @@ struct PackedQ6_K {
   static constexpr int64_t kUnitBytes = kScaleBytes + 16 * kSubBytes;
   static constexpr int kSub = 16;
   static constexpr bool kKQuant = true;
+  static constexpr bool kInterleavedActs = true;  // reads ActRows::A
   // 3 super-blocks of 16 rows = 9.75 KiB.
   static constexpr int64_t kTileUnits = 3;
   static_assert(kUnitBytes % 64 == 0);
