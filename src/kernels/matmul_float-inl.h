@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kernels/ops.h"
@@ -105,31 +106,86 @@ inline constexpr int64_t kFloatGroupRows = 16;
 // decoded ~750 tok/s, 128-256 ~800-880 tok/s).
 inline constexpr int64_t kFloatPrefetchCols = 256;
 
-// out[j][l] = Σ_k packed[k][l] · xi[k][j] for kM activation rows and the 16 rows of one group; xi
-// holds the rows interleaved ([cols][kM]) so every broadcast is [one pointer + constant]: with one
-// pointer per row the indexed broadcasts unlaminate into two uops each.
-template <int kM, typename WT>
+// out[g][j][l] = Σ_k packed_g[k][l] · xi[k][j] for kM activation rows and the 16 rows of each of kG
+// consecutive groups; xi holds the rows interleaved ([cols][kM]) so every broadcast is [one pointer +
+// constant]: with one pointer per row the indexed broadcasts unlaminate into two uops each. Every
+// output is still one FMA chain over the columns in order, whatever kM and kG are; several groups
+// only give the FMA units independent chains to overlap when there are few activation rows (one row
+// of one group is a single chain bound by FMA latency: 42% of the bundled target's decode time).
+template <int kM, int kG, typename WT>
 HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const float* HWY_RESTRICT xi,
-                                  float* HWY_RESTRICT out) {
+                                  float* HWY_RESTRICT y, int64_t y_stride, int64_t live_last) {
   const hn::ScalableTag<float> df;
   constexpr int N = static_cast<int>(hn::MaxLanes(df));
   constexpr int kV = static_cast<int>(kFloatGroupRows) / N;
-  hn::Vec<decltype(df)> acc[kM][kV];
-  for (int j = 0; j < kM; ++j)
-    for (int v = 0; v < kV; ++v) acc[j][v] = hn::Zero(df);
+  const int64_t group_stride = cols * kFloatGroupRows;
+  hn::Vec<decltype(df)> acc[kG][kM][kV];
+  for (int q = 0; q < kG; ++q)
+    for (int j = 0; j < kM; ++j)
+      for (int v = 0; v < kV; ++v) acc[q][j][v] = hn::Zero(df);
   for (int64_t k = 0; k < cols; ++k) {
-    const WT* wk = g + k * kFloatGroupRows;
-    if ((k & 3) == 0) __builtin_prefetch(wk + kFloatPrefetchCols * kFloatGroupRows);
-    hn::Vec<decltype(df)> wv[kV];
-    for (int v = 0; v < kV; ++v) wv[v] = LoadWeights(df, wk + v * N);
+    hn::Vec<decltype(df)> wv[kG][kV];
+    for (int q = 0; q < kG; ++q) {
+      const WT* wk = g + q * group_stride + k * kFloatGroupRows;
+      if ((k & 3) == 0) __builtin_prefetch(wk + kFloatPrefetchCols * kFloatGroupRows);
+      for (int v = 0; v < kV; ++v) wv[q][v] = LoadWeights(df, wk + v * N);
+    }
     const float* xk = xi + k * kM;
     for (int j = 0; j < kM; ++j) {
       const auto xb = hn::Set(df, xk[j]);
-      for (int v = 0; v < kV; ++v) acc[j][v] = hn::MulAdd(wv[v], xb, acc[j][v]);
+      for (int q = 0; q < kG; ++q)
+        for (int v = 0; v < kV; ++v) acc[q][j][v] = hn::MulAdd(wv[q][v], xb, acc[q][j][v]);
     }
   }
-  for (int j = 0; j < kM; ++j)
-    for (int v = 0; v < kV; ++v) hn::StoreU(acc[j][v], df, out + j * kFloatGroupRows + v * N);
+  // Outputs go straight to y (row j at y + j * y_stride); only a matrix whose row count is not a
+  // multiple of 16 has a last group with rows past the end, which goes through a buffer.
+  if (live_last == kFloatGroupRows) {
+    for (int q = 0; q < kG; ++q)
+      for (int j = 0; j < kM; ++j)
+        for (int v = 0; v < kV; ++v) hn::StoreU(acc[q][j][v], df, y + j * y_stride + q * kFloatGroupRows + v * N);
+    return;
+  }
+  HWY_ALIGN float out[kFloatGroupRows];
+  for (int q = 0; q < kG; ++q) {
+    const int64_t live = q + 1 == kG ? live_last : kFloatGroupRows;
+    for (int j = 0; j < kM; ++j) {
+      for (int v = 0; v < kV; ++v) hn::Store(acc[q][j][v], df, out + v * N);
+      std::memcpy(y + j * y_stride + q * kFloatGroupRows, out, static_cast<size_t>(live) * sizeof(float));
+    }
+  }
+}
+
+// Groups per tile for kM activation rows: enough independent FMA chains to hide FMA latency (8:
+// latency 4 x two ports) and, with 32 registers, 16-24 accumulators so that each weight vector and
+// each broadcast feeds several FMAs (kM = 8 with one group needs 9 loads per 8 FMAs and was
+// load-bound), without spilling accumulators, weight vectors and the broadcast out of the registers.
+template <class DF>
+constexpr int FloatTileGroups(int kM) {
+  constexpr int N = static_cast<int>(hn::MaxLanes(DF()));
+  constexpr int kV = std::max(1, static_cast<int>(kFloatGroupRows) / N);
+  constexpr int kRegs = N * sizeof(float) >= 64 ? 32 : 16;
+  constexpr int kChains = kRegs == 32 ? 16 : 8;
+  int g = std::min(4, std::max(1, (kChains + kM * kV - 1) / (kM * kV)));
+  while (g > 1 && kM * kV * g + kV * g + 1 > kRegs) --g;
+  return g;
+}
+
+// Groups [gb, ge) for one chunk of mt == kM activation rows starting at row j0: kG groups per
+// tile, then one at a time.
+template <int kM, typename WT>
+HWY_INLINE void FloatPackedGroups(const WT* packed, int64_t rows, int64_t cols, int64_t gb, int64_t ge,
+                                  const float* xj, int64_t j0, float* y) {
+  constexpr int kG = FloatTileGroups<hn::ScalableTag<float>>(kM);
+  const auto tile = [&](auto groups_tag, int64_t grp) {
+    constexpr int kTileG = decltype(groups_tag)::value;
+    const int64_t r0 = grp * kFloatGroupRows;
+    const int64_t live_last = std::min(kFloatGroupRows, rows - (r0 + (kTileG - 1) * kFloatGroupRows));
+    FloatPackedTile<kM, kTileG>(packed + grp * cols * kFloatGroupRows, cols, xj, y + j0 * rows + r0, rows,
+                                live_last);
+  };
+  int64_t grp = gb;
+  for (; kG > 1 && grp + kG <= ge; grp += kG) tile(std::integral_constant<int, kG>(), grp);
+  for (; grp < ge; ++grp) tile(std::integral_constant<int, 1>(), grp);
 }
 
 template <typename WT>
@@ -139,38 +195,39 @@ void MatMulFloatPacked(const WT* packed, int64_t rows, int64_t cols, const float
   // Activation rows per pass: kM x (16 / N) accumulators stay within half the registers.
   constexpr int kMaxM = std::max(1, 8 * static_cast<int>(hn::MaxLanes(df)) / static_cast<int>(kFloatGroupRows));
   const int64_t groups = (rows + kFloatGroupRows - 1) / kFloatGroupRows;
-  // Activation rows interleaved per chunk of kMaxM: chunk j0 (mt rows) holds [cols][mt].
+  // Rows are split into near-equal chunks (9 rows = 5 + 4, not 8 + 1: a lone row is the slowest tile).
+  const int64_t n_chunks = (m + kMaxM - 1) / kMaxM;
+  const int64_t chunk = (m + n_chunks - 1) / n_chunks;
+  // Activation rows interleaved per chunk: chunk j0 (mt rows) holds [cols][mt].
   // One row is its own interleaving: decode copies nothing.
   thread_local std::vector<float> xi_buf;
   if (m > 1) xi_buf.resize(static_cast<size_t>(m * cols));
   const float* xi = m == 1 ? x : xi_buf.data();
-  for (int64_t j0 = 0; m > 1 && j0 < m; j0 += kMaxM) {
-    const int64_t mt = std::min<int64_t>(kMaxM, m - j0);
+  for (int64_t j0 = 0; m > 1 && j0 < m; j0 += chunk) {
+    const int64_t mt = std::min(chunk, m - j0);
     float* dst = xi_buf.data() + j0 * cols;
     for (int64_t j = 0; j < mt; ++j)
       for (int64_t k = 0; k < cols; ++k) dst[k * mt + j] = x[(j0 + j) * cols + k];
   }
-  pool.ParallelRange(groups, 1, [&](int64_t gb, int64_t ge, int) {
-    HWY_ALIGN float out[kMaxM * kFloatGroupRows];
-    for (int64_t grp = gb; grp < ge; ++grp) {
-      const WT* g = packed + grp * cols * kFloatGroupRows;
-      const int64_t r0 = grp * kFloatGroupRows;
-      const int64_t live = std::min(kFloatGroupRows, rows - r0);
-      for (int64_t j0 = 0; j0 < m; j0 += kMaxM) {
-        const int mt = static_cast<int>(std::min<int64_t>(kMaxM, m - j0));
-        const float* xj = xi + j0 * cols;
-        switch (mt) {
-          case 1: FloatPackedTile<1>(g, cols, xj, out); break;
-          case 2: FloatPackedTile<std::min(2, kMaxM)>(g, cols, xj, out); break;
-          case 3: FloatPackedTile<std::min(3, kMaxM)>(g, cols, xj, out); break;
-          case 4: FloatPackedTile<std::min(4, kMaxM)>(g, cols, xj, out); break;
-          case 5: FloatPackedTile<std::min(5, kMaxM)>(g, cols, xj, out); break;
-          case 6: FloatPackedTile<std::min(6, kMaxM)>(g, cols, xj, out); break;
-          case 7: FloatPackedTile<std::min(7, kMaxM)>(g, cols, xj, out); break;
-          default: FloatPackedTile<std::min(8, kMaxM)>(g, cols, xj, out); break;
-        }
-        for (int j = 0; j < mt; ++j)
-          std::memcpy(y + (j0 + j) * rows + r0, out + j * kFloatGroupRows, static_cast<size_t>(live) * sizeof(float));
+  // Threads take ranges of at least 4 groups, the widest tile. Groups are visited in blocks of 12
+  // (a multiple of every tile width) and every chunk of rows
+  // runs over a block before the next: the block's weights stay in L2 across the chunks of a long
+  // prefill.
+  constexpr int64_t kBlockGroups = 12;
+  pool.ParallelRange(groups, 4, [&](int64_t range_begin, int64_t range_end, int) {
+    for (int64_t gb = range_begin; gb < range_end; gb += kBlockGroups)
+    for (int64_t j0 = 0, ge = std::min(range_end, gb + kBlockGroups); j0 < m; j0 += chunk) {
+      const int mt = static_cast<int>(std::min(chunk, m - j0));
+      const float* xj = xi + j0 * cols;
+      switch (mt) {
+        case 1: FloatPackedGroups<1>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 2: FloatPackedGroups<std::min(2, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 3: FloatPackedGroups<std::min(3, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 4: FloatPackedGroups<std::min(4, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 5: FloatPackedGroups<std::min(5, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 6: FloatPackedGroups<std::min(6, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 7: FloatPackedGroups<std::min(7, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        default: FloatPackedGroups<std::min(8, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
       }
     }
   });

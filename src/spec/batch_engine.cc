@@ -387,7 +387,8 @@ Result<bool> BatchEngine::Step() {
                                    s->options.sampling, s->rng);
     st.sample_ms += MsSince(ts0);
     st.RecordStep(s->k, vr.num_accepted, s->draft.survival);
-    if (s->k > 0) s->scheduler->Observe(s->k, vr.num_accepted, s->draft_ms);
+    const int proposed = static_cast<int>(s->draft.tokens.size());
+    if (proposed > 0) s->scheduler->Observe(proposed, s->k, vr.num_accepted, s->draft_ms);
     // Keep the anchor and the accepted draft tokens; drop the rejected rows.
     DSPARK_TRY(cache_.Truncate(s->slot, n_past + 1 + vr.num_accepted));
     if (s->use_drafter && !tap_layers_.empty()) {

@@ -4,6 +4,13 @@
 
 namespace dspark {
 
+namespace {
+// Optimistic prior so a new drafter gets to show what it can do.
+constexpr double kPriorAcceptance = 0.7;
+// Weight of a new observation in the per-position acceptance and draft-cost averages.
+constexpr double kEma = 0.1;
+}  // namespace
+
 CostModel::CostModel(const std::vector<double>& verify_ms) {
   for (size_t i = 0; i < verify_ms.size(); ++i) points_.emplace_back(static_cast<int>(i) + 1, verify_ms[i]);
 }
@@ -53,20 +60,44 @@ std::vector<int> AdmitDraftSlots(const std::vector<std::vector<double>>& surviva
   return k;
 }
 
-namespace {
-// Optimistic prior so a new drafter gets to show what it can do.
-constexpr double kPriorAcceptance = 0.7;
-// Weight of a new observation in the per-position acceptance average.
-constexpr double kEma = 0.1;
-}  // namespace
+void DraftCostModel::Observe(int proposed, double ms) {
+  if (proposed <= 0) return;
+  const double k = proposed;
+  w_ = (1 - kEma) * w_ + kEma;
+  sk_ = (1 - kEma) * sk_ + kEma * k;
+  skk_ = (1 - kEma) * skk_ + kEma * k * k;
+  sy_ = (1 - kEma) * sy_ + kEma * ms;
+  sky_ = (1 - kEma) * sky_ + kEma * k * ms;
+  Refit();
+}
+
+void DraftCostModel::Refit() {
+  const double mk = sk_ / w_, my = sy_ / w_;
+  const double var = skk_ / w_ - mk * mk;
+  // Proposals of (nearly) one length cannot separate the two terms: charge it all per token, the
+  // cautious reading for shorter drafts.
+  if (var < 0.25) {
+    fixed_ = 0;
+    per_token_ = my / mk;
+    return;
+  }
+  per_token_ = std::max(0.0, (sky_ / w_ - mk * my) / var);
+  fixed_ = my - per_token_ * mk;
+  if (fixed_ < 0) {
+    fixed_ = 0;
+    per_token_ = my / mk;
+  }
+}
+
+double DraftCostModel::Ms(int k) const { return k <= 0 ? 0.0 : fixed_ + per_token_ * k; }
 
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, CostModel cost)
     : options_(options), cost_(std::move(cost)), accept_(std::max(options.n_max, 1), kPriorAcceptance) {}
 
-double DraftScheduler::Rate(const std::vector<double>& surv, int k, double draft_ms_per_token) const {
+double DraftScheduler::Rate(const std::vector<double>& surv, int k, bool with_draft_cost) const {
   double expected = 1.0;
   for (int i = 0; i < k && i < static_cast<int>(surv.size()); ++i) expected += surv[i];
-  return expected / (cost_.VerifyMs(k + 1) + draft_ms_per_token * k);
+  return expected / (cost_.VerifyMs(k + 1) + (with_draft_cost ? draft_cost_.Ms(k) : 0.0));
 }
 
 double DraftScheduler::ExpectedSurvival(int i) const {
@@ -83,9 +114,9 @@ int DraftScheduler::Budget(int room) {
   double s = 1.0;
   for (int i = 0; i < cap; ++i) surv[i] = (s *= accept_[i]);
   int best_k = 0;
-  double best = Rate(surv, 0, draft_ms_per_token_);
+  double best = Rate(surv, 0, true);
   for (int k = 1; k <= cap; ++k) {
-    const double r = Rate(surv, k, draft_ms_per_token_);
+    const double r = Rate(surv, k, true);
     if (r > best) {
       best = r;
       best_k = k;
@@ -131,9 +162,9 @@ int DraftScheduler::Cut(const Draft& draft) const {
     for (int j = 0; j < k; ++j)
       surv[j] = j < static_cast<int>(draft.survival.size()) ? draft.survival[j] : ExpectedSurvival(j);
     int best_k = 0;
-    double best = Rate(surv, 0, 0.0);
+    double best = Rate(surv, 0, false);
     for (int j = 1; j <= k; ++j) {
-      const double r = Rate(surv, j, 0.0);
+      const double r = Rate(surv, j, false);
       if (r > best) {
         best = r;
         best_k = j;
@@ -145,12 +176,10 @@ int DraftScheduler::Cut(const Draft& draft) const {
   return k;
 }
 
-void DraftScheduler::Observe(int drafted, int accepted, double draft_ms) {
-  if (drafted <= 0) return;
-  const double per_token = draft_ms / drafted;
-  draft_ms_per_token_ = draft_ms_per_token_ == 0 ? per_token : (1 - kEma) * draft_ms_per_token_ + kEma * per_token;
+void DraftScheduler::Observe(int proposed, int verified, int accepted, double draft_ms) {
+  draft_cost_.Observe(proposed, draft_ms);
   // Position i was tried iff positions < i were accepted; it succeeded iff i < accepted.
-  for (int i = 0; i < drafted && i <= accepted && i < static_cast<int>(accept_.size()); ++i) {
+  for (int i = 0; i < verified && i <= accepted && i < static_cast<int>(accept_.size()); ++i) {
     const double hit = i < accepted ? 1.0 : 0.0;
     accept_[i] = (1 - kEma) * accept_[i] + kEma * hit;
   }

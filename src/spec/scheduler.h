@@ -55,6 +55,24 @@ class CostModel {
 std::vector<int> AdmitDraftSlots(const std::vector<std::vector<double>>& survival, int base_rows,
                                  double base_tokens, const CostModel& cost);
 
+// Milliseconds a drafter spends on a proposal of k tokens, learned online as a + b·k: a draft model
+// pays per token (one pass each), a block drafter (DSpark) per pass whatever k is, and both pay a
+// catch-up on the rows committed since the last call. Observations are exponentially weighted so
+// the model follows a machine whose load changes.
+class DraftCostModel {
+ public:
+  void Observe(int proposed, double ms);
+  // Expected ms for a proposal of k >= 1 tokens (0 before any observation).
+  double Ms(int k) const;
+  double fixed_ms() const { return fixed_; }
+  double per_token_ms() const { return per_token_; }
+
+ private:
+  void Refit();
+  double w_ = 0, sk_ = 0, skk_ = 0, sy_ = 0, sky_ = 0;  // decayed sums of 1, k, k², ms, k·ms
+  double fixed_ = 0, per_token_ = 0;
+};
+
 class DraftScheduler {
  public:
   DraftScheduler(const ScheduleOptions& options, CostModel cost);
@@ -63,21 +81,24 @@ class DraftScheduler {
   int Budget(int room);
   // How many of the proposed tokens to verify.
   int Cut(const Draft& draft) const;
-  // Feedback after verification: `drafted` tokens verified, `accepted` kept, drafting took draft_ms.
-  void Observe(int drafted, int accepted, double draft_ms);
+  // Feedback after a step: the drafter proposed `proposed` tokens in draft_ms, `verified` of them
+  // were verified and `accepted` kept (verified = 0: nothing was verified, only the cost is learnt).
+  void Observe(int proposed, int verified, int accepted, double draft_ms);
 
   // Measured probability that the first i+1 draft tokens are all accepted.
   double ExpectedSurvival(int i) const;
 
-  // Expected committed tokens per ms when verifying k tokens with survival probabilities `surv`
-  // (surv[i] = P(first i+1 tokens accepted)) and drafting cost draft_ms_per_token.
-  double Rate(const std::vector<double>& surv, int k, double draft_ms_per_token) const;
+  // Expected committed tokens per ms when drafting and verifying k tokens with survival
+  // probabilities `surv` (surv[i] = P(first i+1 tokens accepted)); `with_draft_cost` adds the
+  // drafter's expected time (false once the draft exists: its cost is spent).
+  double Rate(const std::vector<double>& surv, int k, bool with_draft_cost) const;
+  const DraftCostModel& draft_cost() const { return draft_cost_; }
 
  private:
   ScheduleOptions options_;
   CostModel cost_;
   std::vector<double> accept_;  // conditional acceptance of position i given i-1 accepted (EMA)
-  double draft_ms_per_token_ = 0.0;
+  DraftCostModel draft_cost_;
   int skipped_ = 0;   // consecutive steps without drafting (adaptive)
   int probe_gap_ = 8; // steps between probes while drafting does not pay
 };

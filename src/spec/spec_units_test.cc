@@ -72,14 +72,50 @@ TEST(Scheduler, AdaptivePicksLongDraftsWhenVerificationIsCheapAndNoneWhenAccepta
   o.adaptive = true;
   // Verifying 9 rows costs barely more than 1 (weights read once per pass).
   DraftScheduler s(o, CostModel({10, 10.5, 11, 11.5, 12, 12.5, 13, 13.5, 14}));
-  for (int i = 0; i < 50; ++i) s.Observe(8, 8, 1.0);
+  for (int i = 0; i < 50; ++i) s.Observe(8, 8, 8, 1.0);
   EXPECT_EQ(s.Budget(100), 8);
   // A drafter that is never right, with costly verification: plain decoding, with rare probes.
   DraftScheduler bad(o, CostModel({10, 20, 30, 40, 50, 60, 70, 80, 90}));
-  for (int i = 0; i < 100; ++i) bad.Observe(2, 0, 5.0);
+  for (int i = 0; i < 100; ++i) bad.Observe(2, 2, 0, 5.0);
   int drafted_steps = 0;
   for (int i = 0; i < 64; ++i) drafted_steps += bad.Budget(100) > 0;
   EXPECT_LE(drafted_steps, 8);
+}
+
+TEST(Scheduler, DraftCostModelSeparatesFixedAndPerTokenCost) {
+  DraftCostModel per_pass;  // a block drafter: 2 ms whatever the length
+  DraftCostModel per_token; // a draft model: 0.5 ms per token
+  for (int i = 0; i < 200; ++i) {
+    const int k = 1 + i % 8;
+    per_pass.Observe(k, 2.0);
+    per_token.Observe(k, 0.5 * k);
+  }
+  EXPECT_NEAR(per_pass.fixed_ms(), 2.0, 1e-6);
+  EXPECT_NEAR(per_pass.per_token_ms(), 0.0, 1e-6);
+  EXPECT_NEAR(per_token.fixed_ms(), 0.0, 1e-6);
+  EXPECT_NEAR(per_token.per_token_ms(), 0.5, 1e-6);
+  EXPECT_DOUBLE_EQ(per_token.Ms(0), 0.0);
+  // One proposal length only: all of it is charged per token.
+  DraftCostModel fixed_len;
+  for (int i = 0; i < 20; ++i) fixed_len.Observe(4, 2.0);
+  EXPECT_NEAR(fixed_len.Ms(4), 2.0, 1e-9);
+  EXPECT_NEAR(fixed_len.Ms(2), 1.0, 1e-9);
+}
+
+TEST(Scheduler, AdaptiveSkipsDraftingWhenTheDrafterCostsMoreThanItSaves) {
+  ScheduleOptions o;
+  o.n_max = 4;
+  o.adaptive = true;
+  // Verification as cheap as decoding, acceptance 100%, but each draft token costs two decode steps.
+  DraftScheduler s(o, CostModel({1, 1, 1, 1, 1}));
+  for (int i = 0; i < 50; ++i) s.Observe(4, 4, 4, 8.0);
+  int drafted_steps = 0;
+  for (int i = 0; i < 64; ++i) drafted_steps += s.Budget(100) > 0;
+  EXPECT_LE(drafted_steps, 8);
+  // The same drafter at a tenth of the cost pays.
+  DraftScheduler cheap(o, CostModel({1, 1, 1, 1, 1}));
+  for (int i = 0; i < 50; ++i) cheap.Observe(4, 4, 4, 0.8);
+  EXPECT_EQ(cheap.Budget(100), 4);
 }
 
 }  // namespace

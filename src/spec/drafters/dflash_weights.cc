@@ -297,7 +297,8 @@ Result<std::unique_ptr<DflashModel>> DflashModel::FromFile(std::shared_ptr<const
   b.WarnUnclaimed();
   if (options.repack) {
     // The drafter's own matrices; a shared target head arrives already packed with the target.
-    std::vector<ops::WeightView*> views = {&w.fc};
+    // markov_w2 runs once per chained slot (null without a Markov head: Pack skips it).
+    std::vector<ops::WeightView*> views = {&w.fc, &w.markov_w2};
     if (out != nullptr) views.push_back(&w.output);
     for (DflashLayer& l : w.layers)
       for (ops::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) views.push_back(v);

@@ -62,7 +62,9 @@ Status RunChain(const DflashModel& model, const BlockOutput& block, int32_t anch
       ComputeProbs(z.data(), V, options.sampling, &q);
       tok = SampleFromWeights(q, rng);
     }
-    const float prob = ProbAt(z.data(), V, tok);
+    // The token's own probability is what schedules and cuts a draft without a confidence head;
+    // with one it is not read, and a softmax over the vocabulary per slot is not free.
+    const float prob = c.has_confidence ? 0.0f : ProbAt(z.data(), V, tok);
     if (options.p_min > 0 && (c.has_confidence ? conf : prob) < options.p_min) break;
     out->tokens.push_back(tok);
     out->prob.push_back(prob);

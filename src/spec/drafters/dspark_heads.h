@@ -29,7 +29,7 @@ struct ChainResult {
   std::vector<int32_t> tokens;
   std::vector<std::vector<float>> q;  // per token when sampling: the distribution it was drawn from
   std::vector<float> confidence;      // c_i per token (confidence head only)
-  std::vector<float> prob;            // softmax(z̃_i)[d_i] at temperature 1
+  std::vector<float> prob;            // softmax(z̃_i)[d_i] at temperature 1 (0 with a confidence head: unused)
   std::vector<float> logits;          // [tokens, V] biased logits z̃_i, if keep_logits
 };
 
