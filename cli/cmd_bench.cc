@@ -162,7 +162,7 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_flag("--plain", f->plain, "Prefill / decode / verify-k throughput of the target alone");
   sub->add_option("-m,--model", f->model, "Target model GGUF")->capture_default_str();
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
-  sub->add_option("-r,--reps", f->reps, "Repetitions (median, min, max reported)")->capture_default_str()->check(CLI::Range(1, 100));
+  sub->add_option("-r,--reps", f->reps, "Repetitions (median, min, max reported; --spec: runs of each prompt per setting, median counts)")->capture_default_str()->check(CLI::Range(1, 100));
   sub->add_option("--prefill", f->n_prefill, "Prefill length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub->add_option("--decode", f->n_decode, "Decode length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub->add_flag("--json", f->json, "Print one JSON object (--plain)");
@@ -197,6 +197,7 @@ Runner RegisterBench(CLI::App& app) {
       sf->model_options.repack = !f->no_repack;
       sf->drafter.repack = !f->no_repack;
       sf->threads = f->threads;
+      sf->reps = f->reps;
       return RunSpecBench(*sf);
     }
     if (!f->plain) return Fail(InvalidArgument("bench: choose a mode (--plain, --spec or --serve)"));

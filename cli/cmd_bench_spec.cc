@@ -1,5 +1,6 @@
 #include "cli/cmd_bench_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -123,29 +124,11 @@ int RunSpecBench(const SpecBenchFlags& f) {
     grid = std::move(next);
   }
 
-  const int n_prompts = static_cast<int>(prompts->size());
-  ProgressBar bar("bench --spec");
-  const uint64_t total_runs = static_cast<uint64_t>(n_prompts) * (grid.size() + 1);
-  uint64_t runs_done = 0;
-  auto tick = [&] { bar.Update(++runs_done, total_runs); };
-
-  // Plain decoding on every prompt; its outputs are the synthetic drafter's references.
-  SpeculativeEngine plain(model, tok, pool, n_ctx);
-  Totals plain_totals;
-  std::vector<std::vector<int32_t>> plain_ids;
-  std::vector<std::vector<int32_t>> prompt_ids;
-  for (const std::string& p : *prompts) {
-    auto r = plain.Generate(p, opt);
-    if (!r.ok()) return Fail(r.status());
-    plain_totals.Add(*r);
-    plain_ids.push_back(r->ids);
-    EncodeOptions eo;
-    eo.add_eos = false;
-    prompt_ids.push_back(tok.Encode(p, eo));
-    tick();
-  }
-
-  std::vector<Totals> rows(grid.size());
+  // Per-setting schedule and drafter (a synthetic drafter is made per prompt: it replays plain
+  // decoding's output).
+  std::vector<ScheduleOptions> schedules;
+  std::vector<DrafterConfig> drafter_configs;
+  std::vector<std::unique_ptr<Drafter>> shared(grid.size());
   for (size_t gi = 0; gi < grid.size(); ++gi) {
     ScheduleOptions so = f.schedule;
     for (const auto& [k, v] : grid[gi]) {
@@ -161,31 +144,79 @@ int RunSpecBench(const SpecBenchFlags& f) {
     DrafterConfig dc = f.drafter;
     dc.max_draft = std::max(dc.max_draft, so.n_max);
     dc.p_min = so.p_min;
-    std::unique_ptr<Drafter> shared;
     if (dc.type != "synthetic") {
       auto d = CreateDrafter(dc, model, tok, pool, n_ctx);
       if (!d.ok()) return Fail(d.status());
-      shared = std::move(*d);
+      shared[gi] = std::move(*d);
     }
+    schedules.push_back(so);
+    drafter_configs.push_back(std::move(dc));
+  }
+
+  const int n_prompts = static_cast<int>(prompts->size());
+  const int reps = std::max(1, f.reps);
+  ProgressBar bar("bench --spec");
+  const uint64_t total_runs = static_cast<uint64_t>(n_prompts) * (grid.size() + 1) * reps;
+  uint64_t runs_done = 0;
+  auto tick = [&] { bar.Update(++runs_done, total_runs); };
+
+  // Round-robin: every repetition runs each prompt plainly and then under every setting, so a
+  // prompt's runs are close together in time and a change of machine load hits all settings alike;
+  // consecutive runs use different prompts, so no drafter cache carries a prompt to its next run.
+  // Per prompt and setting the median decode time of the repetitions counts.
+  SpeculativeEngine plain(model, tok, pool, n_ctx);
+  std::vector<std::vector<int32_t>> plain_ids(n_prompts), prompt_ids(n_prompts);
+  for (int pi = 0; pi < n_prompts; ++pi) {
+    EncodeOptions eo;
+    eo.add_eos = false;
+    prompt_ids[pi] = tok.Encode((*prompts)[pi], eo);
+  }
+  // results[row][prompt]: one GenerateResult per repetition; row 0 is plain decoding.
+  std::vector<std::vector<std::vector<GenerateResult>>> results(
+      grid.size() + 1, std::vector<std::vector<GenerateResult>>(n_prompts));
+  for (int rep = 0; rep < reps; ++rep) {
     for (int pi = 0; pi < n_prompts; ++pi) {
-      std::unique_ptr<Drafter> own;
-      Drafter* drafter = shared.get();
-      if (dc.type == "synthetic") {
-        dc.synthetic_reference = prompt_ids[pi];
-        dc.synthetic_reference.insert(dc.synthetic_reference.end(), plain_ids[pi].begin(), plain_ids[pi].end());
-        auto d = CreateDrafter(dc, model, tok, pool, n_ctx);
-        if (!d.ok()) return Fail(d.status());
-        own = std::move(*d);
-        drafter = own.get();
-      }
-      SpeculativeEngine engine(model, tok, pool, n_ctx, drafter, so);
-      auto r = engine.Generate((*prompts)[pi], opt);
+      auto r = plain.Generate((*prompts)[pi], opt);
       if (!r.ok()) return Fail(r.status());
-      rows[gi].Add(*r);
-      rows[gi].identical += r->ids == plain_ids[pi];
+      if (rep == 0) plain_ids[pi] = r->ids;
+      results[0][pi].push_back(std::move(*r));
       tick();
+      for (size_t gi = 0; gi < grid.size(); ++gi) {
+        std::unique_ptr<Drafter> own;
+        Drafter* drafter = shared[gi].get();
+        if (drafter_configs[gi].type == "synthetic") {
+          DrafterConfig dc = drafter_configs[gi];
+          dc.synthetic_reference = prompt_ids[pi];
+          dc.synthetic_reference.insert(dc.synthetic_reference.end(), plain_ids[pi].begin(), plain_ids[pi].end());
+          auto d = CreateDrafter(dc, model, tok, pool, n_ctx);
+          if (!d.ok()) return Fail(d.status());
+          own = std::move(*d);
+          drafter = own.get();
+        }
+        SpeculativeEngine engine(model, tok, pool, n_ctx, drafter, schedules[gi]);
+        auto sr = engine.Generate((*prompts)[pi], opt);
+        if (!sr.ok()) return Fail(sr.status());
+        results[gi + 1][pi].push_back(std::move(*sr));
+        tick();
+      }
     }
   }
+  auto totals_of = [&](size_t row) {
+    Totals t;
+    for (int pi = 0; pi < n_prompts; ++pi) {
+      std::vector<GenerateResult>& runs = results[row][pi];
+      std::sort(runs.begin(), runs.end(), [](const GenerateResult& a, const GenerateResult& b) {
+        return a.stats.decode_ms < b.stats.decode_ms;
+      });
+      const GenerateResult& median = runs[runs.size() / 2];
+      t.Add(median);
+      t.identical += std::all_of(runs.begin(), runs.end(), [&](const GenerateResult& g) { return g.ids == plain_ids[pi]; });
+    }
+    return t;
+  };
+  const Totals plain_totals = totals_of(0);
+  std::vector<Totals> rows;
+  for (size_t gi = 0; gi < grid.size(); ++gi) rows.push_back(totals_of(gi + 1));
   bar.Finish();
 
   // Report: table, JSON, CSV, SVG.

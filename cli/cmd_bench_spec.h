@@ -19,6 +19,7 @@ struct SpecBenchFlags {
   float temp = 0.0f;
   uint64_t seed = 0;
   int n_predict = 128;
+  int reps = 3;  // runs of each prompt per setting (round-robin); the median counts
   int max_prompts = 20;
   int threads = 0;
   int ctx_size = 0;

@@ -179,7 +179,7 @@ void BatchEngine::Admit() {
     s->draft_rng = Rng(s->options.sampling.seed ^ 0x5eedd12af7ull);
     s->detok = std::make_unique<StreamingDetokenizer>(tokenizer_);
     s->stops = std::make_unique<StopStringMatcher>(s->options.stop);
-    s->scheduler = std::make_unique<DraftScheduler>(options_.schedule, cost_);
+    s->scheduler = std::make_unique<DraftScheduler>(options_.schedule, &cost_);
     s->result.stats.prompt_tokens = static_cast<int64_t>(s->prompt.size());
     s->use_drafter = drafter_ != nullptr && s->options.speculate;
     if (s->use_drafter) {
@@ -341,6 +341,9 @@ Result<bool> BatchEngine::Step() {
   const auto tv = Clock::now();
   DSPARK_ASSIGN_OR_RETURN(ForwardOutput out, target_.Forward(batch, cache_, pool_, fwd));
   const double pass_ms = MsSince(tv);
+  // Verification-only passes teach the cost model what rows cost at this depth and load (prefill
+  // rows skip the LM head and would skew it).
+  if (prefilling.empty() || prefill_budget == options_.prefill_chunk) cost_.Observe(batch.size(), pass_ms);
 
   // Logits rows come out in batch order; map batch row -> logits row.
   std::vector<int> logit_index(batch.size(), -1);
@@ -366,13 +369,20 @@ Result<bool> BatchEngine::Step() {
     }
     s->n_prefilled += s->n_rows;
     if (!s->decoding()) continue;
-    s->decode_start = Clock::now();
     const auto ts0 = Clock::now();
     std::vector<float> scratch;
     const float* logits = out.Logits(logit_index[s->row0 + s->n_rows - 1], n_vocab);
     const int32_t first = SampleToken(logits, n_vocab, s->options.sampling, s->rng, &scratch);
     st.sample_ms += MsSince(ts0);
     s->context.push_back(first);
+    if (s->use_drafter) {
+      // The drafter's own prompt ingestion is prompt processing, as the target's prefill is.
+      const auto tp = Clock::now();
+      Status ps = drafter_->Prefill(s->slot, s->context);
+      st.prompt_ms += MsSince(tp);
+      if (!ps.ok()) FailDrafter(*s, ps);
+    }
+    s->decode_start = Clock::now();
     if (!Emit(*s, first, TokenSource::kTarget)) Finish(*s, s->stop_reason);
   }
 

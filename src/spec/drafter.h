@@ -65,6 +65,10 @@ class Drafter {
   virtual Status Begin(int seq) = 0;
   // Target hidden states of rows committed for `seq` (only called when Needs() asks for taps).
   virtual Status ObserveTaps(int seq, const TapRows& rows) { return Status::Ok(); }
+  // The prompt of `seq` is processed: `context` is the prompt and the first sampled token (which
+  // the target has not processed yet). A drafter with state of its own ingests the prompt here, so
+  // that the cost counts as prompt processing and the first Propose starts warm.
+  virtual Status Prefill(int seq, std::span<const int32_t> context) { return Status::Ok(); }
   // Proposes up to params.budget tokens continuing `context`: every token of the sequence so far
   // (prompt and generated), whose last token the target has not processed yet. An empty draft
   // is a normal answer. Rollback is implicit: the next call's context says what survived.

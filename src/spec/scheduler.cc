@@ -9,6 +9,14 @@ namespace {
 constexpr double kPriorAcceptance = 0.7;
 // Weight of a new observation in the per-position acceptance and draft-cost averages.
 constexpr double kEma = 0.1;
+// Passes of one row count before its own average replaces the scaled profile, the weight of a new
+// pass in those averages, and the largest row count tracked on its own.
+constexpr int kMinObserved = 3;
+constexpr double kCostEma = 0.05;
+constexpr int kMaxObservedRows = 512;
+// The prior counts as this many observations: a drafter that misses from the start is dropped
+// after a few steps (a short request cannot afford ten), one that hits keeps its long drafts.
+constexpr double kPriorWeight = 2.0;
 }  // namespace
 
 CostModel::CostModel(const std::vector<double>& verify_ms) {
@@ -17,6 +25,21 @@ CostModel::CostModel(const std::vector<double>& verify_ms) {
 
 double CostModel::VerifyMs(int rows) const {
   if (points_.empty()) return static_cast<double>(rows);
+  if (rows < static_cast<int>(observed_.size()) && observed_[rows].count >= kMinObserved) return observed_[rows].ms;
+  return ProfiledMs(rows) * scale_;
+}
+
+void CostModel::Observe(int rows, double ms) {
+  if (points_.empty() || rows < 1 || rows > kMaxObservedRows || !(ms > 0)) return;
+  if (rows >= static_cast<int>(observed_.size())) observed_.resize(rows + 1);
+  Observed& o = observed_[rows];
+  const double w = std::max(kCostEma, 1.0 / ++o.count);
+  o.ms = (1 - w) * o.ms + w * ms;
+  const double ws = std::max(kCostEma, 1.0 / ++scale_count_);
+  scale_ = (1 - ws) * scale_ + ws * (ms / ProfiledMs(rows));
+}
+
+double CostModel::ProfiledMs(int rows) const {
   if (rows <= points_.front().first) return points_.front().second;
   for (size_t i = 1; i < points_.size(); ++i) {
     const auto [r1, m1] = points_[i];
@@ -92,12 +115,18 @@ void DraftCostModel::Refit() {
 double DraftCostModel::Ms(int k) const { return k <= 0 ? 0.0 : fixed_ + per_token_ * k; }
 
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, CostModel cost)
-    : options_(options), cost_(std::move(cost)), accept_(std::max(options.n_max, 1), kPriorAcceptance) {}
+    : options_(options), own_cost_(std::move(cost)), accept_(std::max(options.n_max, 1), kPriorAcceptance),
+      observed_(accept_.size(), 0) {}
+
+DraftScheduler::DraftScheduler(const ScheduleOptions& options, const CostModel* cost)
+    : DraftScheduler(options, CostModel()) {
+  shared_cost_ = cost;
+}
 
 double DraftScheduler::Rate(const std::vector<double>& surv, int k, bool with_draft_cost) const {
   double expected = 1.0;
   for (int i = 0; i < k && i < static_cast<int>(surv.size()); ++i) expected += surv[i];
-  return expected / (cost_.VerifyMs(k + 1) + (with_draft_cost ? draft_cost_.Ms(k) : 0.0));
+  return expected / (cost().VerifyMs(k + 1) + (with_draft_cost ? draft_cost_.Ms(k) : 0.0));
 }
 
 double DraftScheduler::ExpectedSurvival(int i) const {
@@ -181,7 +210,8 @@ void DraftScheduler::Observe(int proposed, int verified, int accepted, double dr
   // Position i was tried iff positions < i were accepted; it succeeded iff i < accepted.
   for (int i = 0; i < verified && i <= accepted && i < static_cast<int>(accept_.size()); ++i) {
     const double hit = i < accepted ? 1.0 : 0.0;
-    accept_[i] = (1 - kEma) * accept_[i] + kEma * hit;
+    const double weight = std::max(kEma, 1.0 / (++observed_[i] + kPriorWeight));
+    accept_[i] = (1 - weight) * accept_[i] + weight * hit;
   }
 }
 

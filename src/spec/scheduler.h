@@ -28,8 +28,12 @@ struct ScheduleOptions {
   ScheduleMode mode = ScheduleMode::kCut;
 };
 
-// Milliseconds of one target pass over `rows` rows (all sequences' anchors and draft tokens),
-// measured at a few row counts and interpolated linearly between them.
+// Milliseconds of one target pass over `rows` rows (all sequences' anchors and draft tokens):
+// profiled at a few row counts at start-up and interpolated linearly between them, then corrected
+// by the passes the engine actually runs. The start-up profile sees a short context on an idle
+// cache; real passes run deeper in the context and on a machine whose load changes, so each row
+// count that has been observed a few times uses its own running average, and the others scale
+// the profile by the observed/profiled ratio.
 class CostModel {
  public:
   CostModel() = default;
@@ -41,10 +45,20 @@ class CostModel {
   // rows >= 1; beyond the profiled range the cost grows linearly with the last measured slope.
   // Without measurements every row costs 1.
   double VerifyMs(int rows) const;
+  // A measured pass of `rows` rows that took `ms`.
+  void Observe(int rows, double ms);
   const std::vector<std::pair<int, double>>& points() const { return points_; }
 
  private:
+  double ProfiledMs(int rows) const;
   std::vector<std::pair<int, double>> points_;
+  struct Observed {
+    double ms = 0;
+    int count = 0;
+  };
+  std::vector<Observed> observed_;  // [rows]
+  double scale_ = 1.0;              // running observed / profiled ratio
+  int scale_count_ = 0;
 };
 
 // Batch-wide admission of draft slots (DSpark's production scheduler). survival[s][i] is the
@@ -76,6 +90,8 @@ class DraftCostModel {
 class DraftScheduler {
  public:
   DraftScheduler(const ScheduleOptions& options, CostModel cost);
+  // Reads the target's cost from `cost`, which the engine keeps learning (it must outlive this).
+  DraftScheduler(const ScheduleOptions& options, const CostModel* cost);
 
   // Tokens to ask the drafter for this step (0: skip drafting), given room left in the context.
   int Budget(int room);
@@ -95,9 +111,13 @@ class DraftScheduler {
   const DraftCostModel& draft_cost() const { return draft_cost_; }
 
  private:
+  const CostModel& cost() const { return shared_cost_ != nullptr ? *shared_cost_ : own_cost_; }
+
   ScheduleOptions options_;
-  CostModel cost_;
+  CostModel own_cost_;
+  const CostModel* shared_cost_ = nullptr;
   std::vector<double> accept_;  // conditional acceptance of position i given i-1 accepted (EMA)
+  std::vector<int> observed_;   // observations of position i so far
   DraftCostModel draft_cost_;
   int skipped_ = 0;   // consecutive steps without drafting (adaptive)
   int probe_gap_ = 8; // steps between probes while drafting does not pay

@@ -121,6 +121,33 @@ TEST_F(Lossless, GreedyEqualsPlainForEveryDrafterAndDraftLength) {
   }
 }
 
+TEST_F(Lossless, DraftModelIngestsThePromptBeforeItsFirstProposal) {
+  // After Prefill the draft cache holds the prompt: the first proposal's first pass runs only the
+  // last token (cold, that pass carries the whole prompt too), and the proposal is the same.
+  const auto prompt = Prompt(1);
+  std::vector<int32_t> context = prompt;
+  context.push_back(7);  // the first sampled token, not yet processed by the target
+  DraftParams dp;
+  dp.budget = 4;
+  Rng rng(1);
+  auto warm = DraftModel(other_path_, 256);
+  ASSERT_TRUE(warm->Begin(0).ok());
+  ASSERT_TRUE(warm->Prefill(0, context).ok());
+  auto a = warm->Propose(0, context, dp, rng);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->forward_passes, 4);
+  auto cold = DraftModel(other_path_, 256);
+  ASSERT_TRUE(cold->Begin(0).ok());
+  auto b = cold->Propose(0, context, dp, rng);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->forward_passes, 4);
+  EXPECT_EQ(a->tokens, b->tokens);
+  // Proposing again on the same context reuses the cache and recomputes only the last token.
+  auto c = warm->Propose(0, context, dp, rng);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->tokens, a->tokens);
+}
+
 TEST_F(Lossless, NearlyFullContextStopsWhereReferenceStops) {
   const auto prompt = Prompt(1);
   const int n_ctx = static_cast<int>(prompt.size()) + 13;

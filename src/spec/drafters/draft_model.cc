@@ -46,28 +46,43 @@ Status DraftModelDrafter::Begin(int seq) {
   return cache_.CheckSeq(seq);
 }
 
+Result<std::vector<float>> DraftModelDrafter::SyncCache(int seq, std::span<const int32_t> context, size_t upto,
+                                                         int* passes) {
+  DSPARK_TRY(cache_.CheckSeq(seq));
+  std::vector<int32_t>& cached = cached_[seq];
+  size_t keep = 0;
+  while (keep < cached.size() && keep < upto && cached[keep] == context[keep]) ++keep;
+  DSPARK_TRY(cache_.Truncate(seq, static_cast<int>(keep)));
+  cached.resize(keep);
+  if (keep == upto) return std::vector<float>();
+  const std::vector<int32_t> fresh(context.begin() + keep, context.begin() + upto);
+  DSPARK_ASSIGN_OR_RETURN(std::vector<float> logits,
+                          dspark::Prefill(*model_, cache_, pool_, seq, fresh, static_cast<int>(keep), 512));
+  *passes += static_cast<int>((fresh.size() + 511) / 512);
+  cached.insert(cached.end(), fresh.begin(), fresh.end());
+  return logits;
+}
+
+Status DraftModelDrafter::Prefill(int seq, std::span<const int32_t> context) {
+  if (context.size() < 2 || static_cast<int>(context.size()) > cache_.n_ctx()) return Status::Ok();
+  int passes = 0;
+  return SyncCache(seq, context, context.size() - 1, &passes).status();
+}
+
 Result<Draft> DraftModelDrafter::Propose(int seq, std::span<const int32_t> context, const DraftParams& params,
                                          Rng& rng) {
   Draft d;
   const int n_vocab = model_->config().n_vocab;
   const int n_ctx_tokens = static_cast<int>(context.size());
   const int budget = std::min({params.budget, max_draft_, cache_.n_ctx() - n_ctx_tokens});
-  if (budget <= 0) return d;
+  if (budget <= 0 || context.empty()) return d;
 
-  // Reuse the longest common prefix, but recompute at least the last context token for logits.
+  // Reuse the longest common prefix (SyncCache), but run at least the last context token: its
+  // logits start the draft.
   DSPARK_TRY(cache_.CheckSeq(seq));
   std::vector<int32_t>& cached = cached_[seq];
-  size_t keep = 0;
-  while (keep < cached.size() && keep < context.size() && cached[keep] == context[keep]) ++keep;
-  keep = std::min(keep, context.size() - 1);
-  DSPARK_TRY(cache_.Truncate(seq, static_cast<int>(keep)));
-  cached.resize(keep);
-
-  const std::vector<int32_t> fresh(context.begin() + keep, context.end());
-  DSPARK_ASSIGN_OR_RETURN(std::vector<float> logits,
-                          Prefill(*model_, cache_, pool_, seq, fresh, static_cast<int>(keep), 512));
-  d.forward_passes += static_cast<int>((fresh.size() + 511) / 512);
-  cached.insert(cached.end(), fresh.begin(), fresh.end());
+  if (cached.size() >= context.size()) cached.resize(context.size() - 1);
+  DSPARK_ASSIGN_OR_RETURN(std::vector<float> logits, SyncCache(seq, context, context.size(), &d.forward_passes));
 
   std::vector<float> q;
   // Confidence uses the draft's untempered distribution, as llama.cpp's p_min does.

@@ -21,9 +21,14 @@ class DraftModelDrafter final : public Drafter {
   std::string_view Name() const override { return "draft-model"; }
   DrafterNeeds Needs() const override { return {{}, max_draft_}; }
   Status Begin(int seq) override;
+  Status Prefill(int seq, std::span<const int32_t> context) override;
   Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override;
 
  private:
+  // Brings the draft cache of `seq` to context[0..upto): keeps the longest common prefix, runs the
+  // rest; returns the logits of the last row run (empty if nothing ran).
+  Result<std::vector<float>> SyncCache(int seq, std::span<const int32_t> context, size_t upto, int* passes);
+
   DraftModelDrafter(std::unique_ptr<Model> draft, ThreadPool& pool, int n_ctx, int max_draft, int n_seq);
 
   std::unique_ptr<Model> model_;

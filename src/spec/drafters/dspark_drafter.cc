@@ -82,6 +82,12 @@ Status DSparkDrafter::ObserveTaps(int seq, const TapRows& rows) {
   return Status::Ok();
 }
 
+Status DSparkDrafter::Prefill(int seq, std::span<const int32_t> context) {
+  // Inject the prompt's features now; the first Propose then only drafts.
+  SeqState& st = State(seq);
+  return st.pending_rows > 0 ? Flush(st) : Status::Ok();
+}
+
 Result<Draft> DSparkDrafter::Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) {
   const DflashConfig& c = model_->config();
   SeqState& st = State(seq);

@@ -29,6 +29,7 @@ class DSparkDrafter final : public Drafter {
   DrafterNeeds Needs() const override;
   Status Begin(int seq) override;
   Status ObserveTaps(int seq, const TapRows& rows) override;
+  Status Prefill(int seq, std::span<const int32_t> context) override;
   Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override;
   void End(int seq) override;
 
