@@ -123,10 +123,10 @@ DraftScheduler::DraftScheduler(const ScheduleOptions& options, const CostModel* 
   shared_cost_ = cost;
 }
 
-double DraftScheduler::Rate(const std::vector<double>& surv, int k, bool with_draft_cost) const {
+double DraftScheduler::Rate(const std::vector<double>& surv, int k, double draft_ms) const {
   double expected = 1.0;
   for (int i = 0; i < k && i < static_cast<int>(surv.size()); ++i) expected += surv[i];
-  return expected / (cost().VerifyMs(k + 1) + (with_draft_cost ? draft_cost_.Ms(k) : 0.0));
+  return expected / (cost().VerifyMs(k + 1) + draft_ms);
 }
 
 double DraftScheduler::ExpectedSurvival(int i) const {
@@ -137,15 +137,18 @@ double DraftScheduler::ExpectedSurvival(int i) const {
 
 int DraftScheduler::Budget(int room) {
   const int cap = std::max(0, std::min(options_.n_max, room));
-  // Cost mode drafts a whole block and lets Cut pick the verified prefix from the draft's survival.
-  if (!options_.adaptive || options_.mode == ScheduleMode::kCost) return cap;
+  if (!options_.adaptive) return cap;
+  // Cost mode drafts a whole block and lets Cut pick the verified prefix from the draft's survival;
+  // here it only decides whether drafting pays at all, and the block costs the same whatever
+  // prefix is verified.
+  const bool whole_block = options_.mode == ScheduleMode::kCost;
   std::vector<double> surv(cap);
   double s = 1.0;
   for (int i = 0; i < cap; ++i) surv[i] = (s *= accept_[i]);
   int best_k = 0;
-  double best = Rate(surv, 0, true);
+  double best = Rate(surv, 0, 0.0);
   for (int k = 1; k <= cap; ++k) {
-    const double r = Rate(surv, k, true);
+    const double r = Rate(surv, k, draft_cost_.Ms(whole_block ? cap : k));
     if (r > best) {
       best = r;
       best_k = k;
@@ -154,13 +157,13 @@ int DraftScheduler::Budget(int room) {
   if (best_k > 0) {
     skipped_ = 0;
     probe_gap_ = 8;
-    return best_k;
+    return whole_block ? cap : best_k;
   }
   // Drafting does not pay at the moment; probe now and then (with backoff) in case it does again.
   if (++skipped_ >= probe_gap_ && cap > 0) {
     skipped_ = 0;
     probe_gap_ = std::min(probe_gap_ * 2, 256);
-    return std::min(cap, 2);
+    return whole_block ? cap : std::min(cap, 2);
   }
   return 0;
 }
@@ -191,9 +194,9 @@ int DraftScheduler::Cut(const Draft& draft) const {
     for (int j = 0; j < k; ++j)
       surv[j] = j < static_cast<int>(draft.survival.size()) ? draft.survival[j] : ExpectedSurvival(j);
     int best_k = 0;
-    double best = Rate(surv, 0, false);
+    double best = Rate(surv, 0, 0.0);
     for (int j = 1; j <= k; ++j) {
-      const double r = Rate(surv, j, false);
+      const double r = Rate(surv, j, 0.0);
       if (r > best) {
         best = r;
         best_k = j;

@@ -94,6 +94,8 @@ class DraftScheduler {
   DraftScheduler(const ScheduleOptions& options, const CostModel* cost);
 
   // Tokens to ask the drafter for this step (0: skip drafting), given room left in the context.
+  // Adaptive: the length with the best expected tokens per ms, drafting cost included; cost mode
+  // asks for the whole cap unless drafting does not pay at all.
   int Budget(int room);
   // How many of the proposed tokens to verify.
   int Cut(const Draft& draft) const;
@@ -104,10 +106,10 @@ class DraftScheduler {
   // Measured probability that the first i+1 draft tokens are all accepted.
   double ExpectedSurvival(int i) const;
 
-  // Expected committed tokens per ms when drafting and verifying k tokens with survival
-  // probabilities `surv` (surv[i] = P(first i+1 tokens accepted)); `with_draft_cost` adds the
-  // drafter's expected time (false once the draft exists: its cost is spent).
-  double Rate(const std::vector<double>& surv, int k, bool with_draft_cost) const;
+  // Expected committed tokens per ms when verifying k tokens with survival probabilities `surv`
+  // (surv[i] = P(first i+1 tokens accepted)) after drafting for draft_ms (0 once the draft exists:
+  // its cost is spent).
+  double Rate(const std::vector<double>& surv, int k, double draft_ms) const;
   const DraftCostModel& draft_cost() const { return draft_cost_; }
 
  private:

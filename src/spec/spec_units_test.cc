@@ -118,5 +118,27 @@ TEST(Scheduler, AdaptiveSkipsDraftingWhenTheDrafterCostsMoreThanItSaves) {
   EXPECT_EQ(cheap.Budget(100), 4);
 }
 
+TEST(Scheduler, CostModeAsksForTheWholeBlockOnlyWhileDraftingPays) {
+  ScheduleOptions o;
+  o.n_max = 8;
+  o.mode = ScheduleMode::kCost;
+  o.adaptive = true;
+  const CostModel verify({1, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8});
+  // A block drafter whose pass costs 0.3 decode steps and whose first tokens survive: draft it all.
+  DraftScheduler good(o, verify);
+  for (int i = 0; i < 30; ++i) good.Observe(8, 3, 3, 0.3);
+  EXPECT_EQ(good.Budget(100), 8);
+  // The same pass at 3 decode steps, with the first token rejected half the time: plain decoding.
+  DraftScheduler bad(o, verify);
+  for (int i = 0; i < 30; ++i) bad.Observe(8, 2, i % 2, 3.0);
+  int drafted_steps = 0;
+  for (int i = 0; i < 64; ++i) {
+    const int b = bad.Budget(100);
+    EXPECT_TRUE(b == 0 || b == 8) << b;  // a probe still drafts a whole block
+    drafted_steps += b > 0;
+  }
+  EXPECT_LE(drafted_steps, 8);
+}
+
 }  // namespace
 }  // namespace dspark
