@@ -270,9 +270,16 @@ Result<bool> BatchEngine::Step() {
   const ModelConfig& cfg = target_.config();
   const int n_vocab = cfg.n_vocab;
 
-  // 1. Draft for every decoding sequence.
+  // 1. Draft for every decoding sequence. A sequence's draft competes with the rest of the pass:
+  // the other sequences' anchors and this step's prompt rows are in it anyway, so drafting must
+  // beat the rate of that pass, not of a lone decode step (under load it rarely does, and the
+  // engine falls back to plain decoding by itself).
   std::vector<std::vector<double>> survival(decoding.size());
   const bool batch_scheduling = options_.schedule.adaptive && drafter_ != nullptr;
+  int prompt_rows = 0;
+  for (Sequence* s : prefilling)
+    prompt_rows += std::min(options_.prefill_chunk - prompt_rows, static_cast<int>(s->prompt.size()) - s->n_prefilled);
+  const int other_rows = static_cast<int>(decoding.size()) - 1 + prompt_rows;
   for (size_t i = 0; i < decoding.size(); ++i) {
     Sequence& s = *decoding[i];
     s.draft = Draft();
@@ -281,7 +288,7 @@ Result<bool> BatchEngine::Step() {
     const int room = cache_.n_ctx() - cache_.Length(s.slot) - 1;
     if (!s.use_drafter || room <= 0) continue;
     const int remaining = s.options.max_new_tokens - static_cast<int>(s.result.stats.generated_tokens);
-    const int budget = std::min(s.scheduler->Budget(room), remaining);
+    const int budget = std::min(s.scheduler->Budget(room, other_rows, static_cast<double>(decoding.size()) - 1), remaining);
     if (budget <= 0) continue;
     const auto td = Clock::now();
     DraftParams dp;

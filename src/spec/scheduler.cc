@@ -123,10 +123,11 @@ DraftScheduler::DraftScheduler(const ScheduleOptions& options, const CostModel* 
   shared_cost_ = cost;
 }
 
-double DraftScheduler::Rate(const std::vector<double>& surv, int k, double draft_ms) const {
-  double expected = 1.0;
+double DraftScheduler::Rate(const std::vector<double>& surv, int k, double draft_ms, int other_rows,
+                            double other_tokens) const {
+  double expected = 1.0 + other_tokens;
   for (int i = 0; i < k && i < static_cast<int>(surv.size()); ++i) expected += surv[i];
-  return expected / (cost().VerifyMs(k + 1) + draft_ms);
+  return expected / (cost().VerifyMs(other_rows + k + 1) + draft_ms);
 }
 
 double DraftScheduler::ExpectedSurvival(int i) const {
@@ -135,7 +136,7 @@ double DraftScheduler::ExpectedSurvival(int i) const {
   return i < static_cast<int>(accept_.size()) ? s : 0.0;
 }
 
-int DraftScheduler::Budget(int room) {
+int DraftScheduler::Budget(int room, int other_rows, double other_tokens) {
   const int cap = std::max(0, std::min(options_.n_max, room));
   if (!options_.adaptive) return cap;
   // Cost mode drafts a whole block and lets Cut pick the verified prefix from the draft's survival;
@@ -146,9 +147,9 @@ int DraftScheduler::Budget(int room) {
   double s = 1.0;
   for (int i = 0; i < cap; ++i) surv[i] = (s *= accept_[i]);
   int best_k = 0;
-  double best = Rate(surv, 0, 0.0);
+  double best = Rate(surv, 0, 0.0, other_rows, other_tokens);
   for (int k = 1; k <= cap; ++k) {
-    const double r = Rate(surv, k, draft_cost_.Ms(whole_block ? cap : k));
+    const double r = Rate(surv, k, draft_cost_.Ms(whole_block ? cap : k), other_rows, other_tokens);
     if (r > best) {
       best = r;
       best_k = k;

@@ -96,7 +96,8 @@ class DraftScheduler {
   // Tokens to ask the drafter for this step (0: skip drafting), given room left in the context.
   // Adaptive: the length with the best expected tokens per ms, drafting cost included; cost mode
   // asks for the whole cap unless drafting does not pay at all.
-  int Budget(int room);
+  // `other_rows` rows of other sequences (committing `other_tokens` tokens) share the pass.
+  int Budget(int room, int other_rows = 0, double other_tokens = 0);
   // How many of the proposed tokens to verify.
   int Cut(const Draft& draft) const;
   // Feedback after a step: the drafter proposed `proposed` tokens in draft_ms, `verified` of them
@@ -109,7 +110,9 @@ class DraftScheduler {
   // Expected committed tokens per ms when verifying k tokens with survival probabilities `surv`
   // (surv[i] = P(first i+1 tokens accepted)) after drafting for draft_ms (0 once the draft exists:
   // its cost is spent).
-  double Rate(const std::vector<double>& surv, int k, double draft_ms) const;
+  // other_rows / other_tokens: the rest of a batched pass.
+  double Rate(const std::vector<double>& surv, int k, double draft_ms, int other_rows = 0,
+              double other_tokens = 0) const;
   const DraftCostModel& draft_cost() const { return draft_cost_; }
 
  private:

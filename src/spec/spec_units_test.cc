@@ -140,5 +140,20 @@ TEST(Scheduler, CostModeAsksForTheWholeBlockOnlyWhileDraftingPays) {
   EXPECT_LE(drafted_steps, 8);
 }
 
+TEST(Scheduler, DraftingThatPaysAloneDoesNotPayInABusyComputeBoundPass) {
+  ScheduleOptions o;
+  o.n_max = 4;
+  o.adaptive = true;
+  // Compute-bound target: 1 ms for one row, +0.25 ms per further row.
+  std::vector<double> ms;
+  for (int r = 1; r <= 64; ++r) ms.push_back(1.0 + 0.25 * (r - 1));
+  DraftScheduler s(o, CostModel(ms));
+  for (int i = 0; i < 30; ++i) s.Observe(4, 4, 3, 0.4);  // 75% acceptance, 0.1 ms per token
+  EXPECT_GT(s.Budget(100), 0);                          // alone: drafting pays
+  int drafted_steps = 0;                                // 31 other sequences share the pass
+  for (int i = 0; i < 64; ++i) drafted_steps += s.Budget(100, 31, 31) > 0;
+  EXPECT_LE(drafted_steps, 8);
+}
+
 }  // namespace
 }  // namespace dspark
