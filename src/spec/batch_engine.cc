@@ -308,10 +308,7 @@ Result<bool> BatchEngine::Step() {
     s.k = s.scheduler->Cut(s.draft);
     if (batch_scheduling) {
       // Survival for batch admission: the drafter's own estimate, else measured acceptance.
-      std::vector<double>& sv = survival[i];
-      for (int j = 0; j < s.k; ++j)
-        sv.push_back(j < static_cast<int>(s.draft.survival.size()) ? s.draft.survival[j]
-                                                                    : s.scheduler->ExpectedSurvival(j));
+      survival[i] = s.scheduler->SurvivalOf(s.draft, s.k);
     }
   }
   if (batch_scheduling && !decoding.empty()) {
@@ -405,7 +402,7 @@ Result<bool> BatchEngine::Step() {
     st.sample_ms += MsSince(ts0);
     st.RecordStep(s->k, vr.num_accepted, s->draft.survival);
     const int proposed = static_cast<int>(s->draft.tokens.size());
-    if (proposed > 0) s->scheduler->Observe(proposed, s->k, vr.num_accepted, s->draft_ms);
+    if (proposed > 0) s->scheduler->Observe(proposed, s->k, vr.num_accepted, s->draft_ms, s->draft.survival);
     // Keep the anchor and the accepted draft tokens; drop the rejected rows.
     DSPARK_TRY(cache_.Truncate(s->slot, n_past + 1 + vr.num_accepted));
     if (s->use_drafter && !tap_layers_.empty()) {

@@ -14,6 +14,8 @@ constexpr double kEma = 0.1;
 constexpr int kMinObserved = 3;
 constexpr double kCostEma = 0.05;
 constexpr int kMaxObservedRows = 512;
+// Decay of the calibration sums per observation (a memory of ~50 drafts).
+constexpr double kCalibrationDecay = 0.02;
 // The prior counts as this many observations: a drafter that misses from the start is dropped
 // after a few steps (a short request cannot afford ten), one that hits keeps its long drafts.
 constexpr double kPriorWeight = 2.0;
@@ -116,7 +118,7 @@ double DraftCostModel::Ms(int k) const { return k <= 0 ? 0.0 : fixed_ + per_toke
 
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, CostModel cost)
     : options_(options), own_cost_(std::move(cost)), accept_(std::max(options.n_max, 1), kPriorAcceptance),
-      observed_(accept_.size(), 0) {}
+      observed_(accept_.size(), 0), predicted_sum_(accept_.size(), 0.0), realised_sum_(accept_.size(), 0.0) {}
 
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, const CostModel* cost)
     : DraftScheduler(options, CostModel()) {
@@ -191,9 +193,7 @@ int DraftScheduler::Cut(const Draft& draft) const {
   }
   if (options_.adaptive && k > 0) {
     // Drafting is already paid for: verify the prefix with the best expected tokens per ms.
-    std::vector<double> surv(k);
-    for (int j = 0; j < k; ++j)
-      surv[j] = j < static_cast<int>(draft.survival.size()) ? draft.survival[j] : ExpectedSurvival(j);
+    const std::vector<double> surv = SurvivalOf(draft, k);
     int best_k = 0;
     double best = Rate(surv, 0, 0.0);
     for (int j = 1; j <= k; ++j) {
@@ -209,8 +209,31 @@ int DraftScheduler::Cut(const Draft& draft) const {
   return k;
 }
 
-void DraftScheduler::Observe(int proposed, int verified, int accepted, double draft_ms) {
+std::vector<double> DraftScheduler::SurvivalOf(const Draft& draft, int k) const {
+  std::vector<double> surv(std::max(k, 0));
+  double prev = 1.0;
+  for (int j = 0; j < k; ++j) {
+    double a = ExpectedSurvival(j);
+    if (j < static_cast<int>(draft.survival.size())) {
+      const bool tracked = j < static_cast<int>(predicted_sum_.size());
+      // One pseudo-observation on each side: no correction until verification has spoken.
+      const double ratio = tracked ? (realised_sum_[j] + 1.0) / (predicted_sum_[j] + 1.0) : 1.0;
+      a = draft.survival[j] * ratio;
+    }
+    surv[j] = prev = std::clamp(a, 0.0, prev);
+  }
+  return surv;
+}
+
+void DraftScheduler::Observe(int proposed, int verified, int accepted, double draft_ms,
+                             const std::vector<float>& survival) {
   draft_cost_.Observe(proposed, draft_ms);
+  // Slot i of a verified draft survived iff i < accepted.
+  for (int i = 0; i < verified && i < static_cast<int>(survival.size()) && i < static_cast<int>(predicted_sum_.size());
+       ++i) {
+    predicted_sum_[i] = (1 - kCalibrationDecay) * predicted_sum_[i] + survival[i];
+    realised_sum_[i] = (1 - kCalibrationDecay) * realised_sum_[i] + (i < accepted ? 1.0 : 0.0);
+  }
   // Position i was tried iff positions < i were accepted; it succeeded iff i < accepted.
   for (int i = 0; i < verified && i <= accepted && i < static_cast<int>(accept_.size()); ++i) {
     const double hit = i < accepted ? 1.0 : 0.0;

@@ -102,7 +102,16 @@ class DraftScheduler {
   int Cut(const Draft& draft) const;
   // Feedback after a step: the drafter proposed `proposed` tokens in draft_ms, `verified` of them
   // were verified and `accepted` kept (verified = 0: nothing was verified, only the cost is learnt).
-  void Observe(int proposed, int verified, int accepted, double draft_ms);
+  // `survival`: the drafter's own estimates for this draft (empty if it has none); they are compared
+  // with what verification realised to recalibrate later estimates.
+  void Observe(int proposed, int verified, int accepted, double draft_ms,
+               const std::vector<float>& survival = {});
+
+  // Survival estimates of the first k slots of `draft`: the drafter's own (a confidence head),
+  // rescaled per slot by realised / predicted survival so far (a head trained on other text or at
+  // another temperature is often off by a constant factor), else the acceptance measured so far.
+  // Non-increasing, within [0, 1].
+  std::vector<double> SurvivalOf(const Draft& draft, int k) const;
 
   // Measured probability that the first i+1 draft tokens are all accepted.
   double ExpectedSurvival(int i) const;
@@ -123,6 +132,8 @@ class DraftScheduler {
   const CostModel* shared_cost_ = nullptr;
   std::vector<double> accept_;  // conditional acceptance of position i given i-1 accepted (EMA)
   std::vector<int> observed_;   // observations of position i so far
+  // Decayed sums over verified slots of predicted survival and realised survival (0/1).
+  std::vector<double> predicted_sum_, realised_sum_;
   DraftCostModel draft_cost_;
   int skipped_ = 0;   // consecutive steps without drafting (adaptive)
   int probe_gap_ = 8; // steps between probes while drafting does not pay

@@ -155,5 +155,46 @@ TEST(Scheduler, DraftingThatPaysAloneDoesNotPayInABusyComputeBoundPass) {
   EXPECT_LE(drafted_steps, 8);
 }
 
+TEST(Scheduler, ConfidenceIsRecalibratedByRealisedSurvival) {
+  ScheduleOptions o;
+  o.n_max = 4;
+  o.mode = ScheduleMode::kCost;
+  o.adaptive = true;
+  DraftScheduler s(o, CostModel({1, 1.1, 1.2, 1.3, 1.4}));
+  Draft d;
+  d.tokens = {1, 2, 3, 4};
+  d.survival = {0.4f, 0.2f, 0.1f, 0.05f};
+  // Before any verification the head's own estimates stand.
+  std::vector<double> raw = s.SurvivalOf(d, 4);
+  EXPECT_NEAR(raw[0], 0.4, 1e-6);
+  EXPECT_NEAR(raw[3], 0.05, 1e-6);
+  // The head is pessimistic: the first two slots always survive, the third half the time.
+  for (int i = 0; i < 200; ++i) s.Observe(4, 3, 2 + i % 2, 0.1, d.survival);
+  const std::vector<double> cal = s.SurvivalOf(d, 4);
+  // (the one pseudo-observation per side still pulls a little towards the head's own value)
+  EXPECT_GT(cal[0], 0.9);
+  EXPECT_GT(cal[1], 0.85);
+  EXPECT_NEAR(cal[2], 0.5, 0.1);
+  for (int j = 1; j < 4; ++j) EXPECT_LE(cal[j], cal[j - 1]);
+  EXPECT_LE(cal[3], cal[2]);
+}
+
+TEST(Scheduler, CostModelLearnsFromMeasuredPasses) {
+  CostModel c({{1, 1.0}, {2, 1.2}, {4, 1.6}, {8, 2.4}});
+  EXPECT_DOUBLE_EQ(c.VerifyMs(3), 1.4);
+  // Real passes run 1.5x slower than the profile (deeper context, a busier machine).
+  for (int i = 0; i < 20; ++i) c.Observe(2, 1.8);
+  EXPECT_NEAR(c.VerifyMs(2), 1.8, 1e-9);   // its own average once observed often enough
+  EXPECT_NEAR(c.VerifyMs(8), 3.6, 0.05);   // unobserved counts: the profile, scaled
+  for (int i = 0; i < 2; ++i) c.Observe(8, 2.4);
+  EXPECT_GT(c.VerifyMs(8), 2.4);           // two passes are not yet enough to replace it
+  c.Observe(0, 5.0);                       // ignored
+  c.Observe(3, -1.0);                      // ignored
+  EXPECT_NEAR(c.VerifyMs(2), 1.8, 1e-9);
+  CostModel empty;
+  empty.Observe(2, 3.0);                   // no profile: rows stay unit cost
+  EXPECT_DOUBLE_EQ(empty.VerifyMs(5), 5.0);
+}
+
 }  // namespace
 }  // namespace dspark
