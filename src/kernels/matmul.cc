@@ -71,6 +71,7 @@ void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool
   DSPARK_CHECK_MSG(MatMulSupports(w.type), "MatMul: unsupported weight type");
   DSPARK_CHECK_MSG(w.cols % Info(w.type).block_size == 0, "MatMul: cols not a block multiple");
   if (m <= 0 || w.rows <= 0) return;
+  DSPARK_CHECK_MSG(w.data != nullptr || w.packed != nullptr, "MatMul: matrix without weights");
   if (IsFloat(w.type)) {
     HWY_DYNAMIC_DISPATCH(MatMulFloatImpl)(w, x, m, y, pool);
   } else if (w.packed != nullptr) {

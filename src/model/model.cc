@@ -35,10 +35,17 @@ Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File>
   for (const std::string& name : unclaimed) DSPARK_LOG_WARN("model: tensor '{}' is not used by {}", name, arch);
   if (options.repack) {
     // Every matrix MatMul reads; tok_embd only through `output` when tied (lookups read rows).
+    // Projections that read the same activations are fused (one MatMul each) where they can be;
+    // the others are packed on their own.
     ModelWeights& w = m->weights_;
     std::vector<ops::WeightView*> views = {&w.output};
-    for (LayerWeights& l : w.layers)
-      for (ops::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) views.push_back(v);
+    for (LayerWeights& l : w.layers) {
+      if (!m->packed_.PackFused({&l.wq, &l.wk, &l.wv}, &l.wqkv))
+        for (ops::WeightView* v : {&l.wq, &l.wk, &l.wv}) views.push_back(v);
+      if (!m->packed_.PackFused({&l.w_gate, &l.w_up}, &l.w_gate_up))
+        for (ops::WeightView* v : {&l.w_gate, &l.w_up}) views.push_back(v);
+      for (ops::WeightView* v : {&l.wo, &l.w_down}) views.push_back(v);
+    }
     m->packed_.Pack(views);
     if (w.tok_embd.data == w.output.data) w.tok_embd.packed = w.output.packed;
   }
@@ -81,7 +88,7 @@ namespace {
 
 // Per-call scratch, sized for n rows. Reused across calls to avoid allocation on the hot path.
 struct Scratch {
-  std::vector<float> x, h, q, k, v, att, tmp, gate, up, cos_t, sin_t;
+  std::vector<float> x, h, q, k, v, att, tmp, gate, up, cos_t, sin_t, fused;
   void Resize(const ModelConfig& c, int n) {
     const size_t rows = static_cast<size_t>(n);
     x.resize(rows * c.n_embd);
@@ -93,6 +100,7 @@ struct Scratch {
     tmp.resize(rows * c.n_embd);
     gate.resize(rows * c.n_ff);
     up.resize(rows * c.n_ff);
+    fused.resize(rows * std::max<size_t>(c.q_dim() + c.kv_dim() + c.v_dim(), 2 * static_cast<size_t>(c.n_ff)));
     cos_t.resize(rows * c.rope.n_rot / 2);
     sin_t.resize(rows * c.rope.n_rot / 2);
   }
@@ -102,6 +110,18 @@ void AddBias(const std::vector<float>& bias, int n, float* y) {
   if (bias.empty()) return;
   const int64_t d = static_cast<int64_t>(bias.size());
   for (int i = 0; i < n; ++i) ops::Add(bias.data(), d, y + i * d);
+}
+
+// y_j[i] = columns [offset_j, offset_j + width_j) of row i of x ([n][Σ width]): the outputs of a
+// fused projection back into one array per projection.
+void SplitColumns(const float* x, int n, std::initializer_list<std::pair<int64_t, float*>> parts) {
+  int64_t total = 0;
+  for (const auto& [width, y] : parts) total += width;
+  int64_t offset = 0;
+  for (const auto& [width, y] : parts) {
+    for (int i = 0; i < n; ++i) std::memcpy(y + i * width, x + i * total + offset, static_cast<size_t>(width) * sizeof(float));
+    offset += width;
+  }
 }
 
 void RmsNormRows(const float* x, const std::vector<float>& w, float eps, int n, int64_t d, float* y, ThreadPool& pool) {
@@ -210,9 +230,14 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
 
     // Attention block.
     RmsNormRows(s.x.data(), L.attn_norm, c.rms_eps, n, d, s.h.data(), pool);
-    ops::MatMul(L.wq, s.h.data(), n, s.q.data(), pool);
-    ops::MatMul(L.wk, s.h.data(), n, s.k.data(), pool);
-    ops::MatMul(L.wv, s.h.data(), n, s.v.data(), pool);
+    if (L.wqkv.rows > 0) {
+      ops::MatMul(L.wqkv, s.h.data(), n, s.fused.data(), pool);
+      SplitColumns(s.fused.data(), n, {{c.q_dim(), s.q.data()}, {c.kv_dim(), s.k.data()}, {c.v_dim(), s.v.data()}});
+    } else {
+      ops::MatMul(L.wq, s.h.data(), n, s.q.data(), pool);
+      ops::MatMul(L.wk, s.h.data(), n, s.k.data(), pool);
+      ops::MatMul(L.wv, s.h.data(), n, s.v.data(), pool);
+    }
     AddBias(L.bq, n, s.q.data());
     AddBias(L.bk, n, s.k.data());
     AddBias(L.bv, n, s.v.data());
@@ -256,9 +281,17 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
 
     // Feed-forward block (SwiGLU).
     RmsNormRows(s.x.data(), L.ffn_norm, c.rms_eps, n, d, s.h.data(), pool);
-    ops::MatMul(L.w_gate, s.h.data(), n, s.gate.data(), pool);
-    ops::MatMul(L.w_up, s.h.data(), n, s.up.data(), pool);
-    ops::SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * c.n_ff, s.gate.data());
+    if (L.w_gate_up.rows > 0) {
+      ops::MatMul(L.w_gate_up, s.h.data(), n, s.fused.data(), pool);
+      for (int i = 0; i < n; ++i) {
+        const float* gu = s.fused.data() + static_cast<size_t>(i) * 2 * c.n_ff;
+        ops::SiluMul(gu, gu + c.n_ff, c.n_ff, s.gate.data() + static_cast<size_t>(i) * c.n_ff);
+      }
+    } else {
+      ops::MatMul(L.w_gate, s.h.data(), n, s.gate.data(), pool);
+      ops::MatMul(L.w_up, s.h.data(), n, s.up.data(), pool);
+      ops::SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * c.n_ff, s.gate.data());
+    }
     ops::MatMul(L.w_down, s.gate.data(), n, s.tmp.data(), pool);
     ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());
   }

@@ -1,5 +1,6 @@
 #include "model/packed_weights.h"
 
+#include <cstring>
 #include <map>
 
 #include "kernels/scratch.h"
@@ -9,8 +10,20 @@
 
 namespace dspark {
 
+void* PackedWeights::Allocate(size_t n) {
+  void* dst = std::aligned_alloc(64, kernels::RoundUp(n, 64));
+  DSPARK_CHECK_MSG(dst != nullptr, "PackedWeights: out of memory");
+  buffers_.emplace_back(dst);
+  bytes_ += n;
+  return dst;
+}
+
+ThreadPool& PackedWeights::Pool(int threads) {
+  if (!pool_) pool_ = std::make_unique<ThreadPool>(threads > 0 ? threads : ThreadPool::DefaultThreadCount());
+  return *pool_;
+}
+
 void PackedWeights::Pack(const std::vector<ops::WeightView*>& views, int threads) {
-  std::unique_ptr<ThreadPool> pool;
   std::map<const void*, const void*> done;  // original rows -> packed copy
   for (ops::WeightView* v : views) {
     if (v == nullptr || v->data == nullptr) continue;
@@ -20,17 +33,42 @@ void PackedWeights::Pack(const std::vector<ops::WeightView*>& views, int threads
     }
     const size_t n = ops::PackedBytes(v->type, v->rows, v->cols);
     if (n == 0) continue;
-    if (!pool) pool = std::make_unique<ThreadPool>(threads > 0 ? threads : ThreadPool::DefaultThreadCount());
-    void* dst = std::aligned_alloc(64, kernels::RoundUp(n, 64));
-    DSPARK_CHECK_MSG(dst != nullptr, "PackedWeights: out of memory");
-    ops::PackWeights(*v, dst, *pool);
-    buffers_.emplace_back(dst);
-    bytes_ += n;
+    void* dst = Allocate(n);
+    ops::PackWeights(*v, dst, Pool(threads));
     v->packed = dst;
     done.emplace(v->data, dst);
   }
   if (!buffers_.empty())
     DSPARK_LOG_DEBUG("packed {} weight matrices ({:.1f} MiB) for this CPU's kernels", buffers_.size(), bytes_ / 1048576.0);
+}
+
+bool PackedWeights::PackFused(const std::vector<const ops::WeightView*>& parts, ops::WeightView* fused, int threads) {
+  *fused = ops::WeightView();
+  if (parts.empty()) return false;
+  ops::WeightView all = *parts[0];
+  all.rows = 0;
+  all.packed = nullptr;
+  for (const ops::WeightView* p : parts) {
+    if (p->data == nullptr || p->type != all.type || p->cols != all.cols) return false;
+    all.rows += p->rows;
+  }
+  const size_t n = ops::PackedBytes(all.type, all.rows, all.cols);
+  if (n == 0) return false;
+  // The parts' rows one after another (rows are independent in every layout), packed as one.
+  const size_t row_bytes = RowBytes(all.type, all.cols);
+  std::vector<uint8_t> rows(row_bytes * all.rows);
+  size_t at = 0;
+  for (const ops::WeightView* p : parts) {
+    std::memcpy(rows.data() + at, p->data, row_bytes * p->rows);
+    at += row_bytes * p->rows;
+  }
+  all.data = rows.data();
+  void* dst = Allocate(n);
+  ops::PackWeights(all, dst, Pool(threads));
+  all.data = nullptr;
+  all.packed = dst;
+  *fused = all;
+  return true;
 }
 
 }  // namespace dspark

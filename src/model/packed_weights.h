@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "util/thread_pool.h"
 
 namespace dspark {
 
@@ -21,6 +22,15 @@ class PackedWeights {
   // workers split the packing (0: physical cores).
   void Pack(const std::vector<ops::WeightView*>& views, int threads = 0);
 
+  // Packs the matrices `parts` (same type and width, each read with the same activations) as one
+  // matrix whose rows are theirs one after another, into `fused` (rows summed; `data` null: the
+  // fused matrix exists only packed). One MatMul then serves all of them: one parallel loop and one
+  // barrier instead of several, and small matrices (K/V projections) no longer run alone on a
+  // handful of row groups. Each output row is computed exactly as in its own matrix. Returns false
+  // (and leaves `fused` empty) when the parts differ in type or width or the type has no packed
+  // layout on this CPU.
+  bool PackFused(const std::vector<const ops::WeightView*>& parts, ops::WeightView* fused, int threads = 0);
+
   size_t bytes() const { return bytes_; }
   size_t matrices() const { return buffers_.size(); }
 
@@ -28,7 +38,11 @@ class PackedWeights {
   struct Free {
     void operator()(void* p) const { std::free(p); }
   };
+  void* Allocate(size_t n);
+  ThreadPool& Pool(int threads);
+
   std::vector<std::unique_ptr<void, Free>> buffers_;
+  std::unique_ptr<ThreadPool> pool_;
   size_t bytes_ = 0;
 };
 

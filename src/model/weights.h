@@ -20,6 +20,9 @@ struct LayerWeights {
   std::vector<float> ffn_norm;         // [n_embd]
   ops::WeightView w_gate, w_up;        // [n_ff, n_embd]
   ops::WeightView w_down;              // [n_embd, n_ff]
+  // With packed weights: wq|wk|wv and w_gate|w_up as one packed matrix each (PackedWeights::
+  // PackFused), when their types allow; empty (rows == 0) otherwise.
+  ops::WeightView wqkv, w_gate_up;
 };
 
 struct ModelWeights {
