@@ -47,9 +47,14 @@ def main():
             continue
         s = json.loads(p.read_text())
         summaries[stem] = s
+        ta = s.get("train_args", {})
+        # A DSpark drafter's summary has no token count or validation loss: it trains on
+        # target-generated sequences (steps x batch x seq_len positions) and is judged by tau.
+        tokens = s.get("tokens", ta.get("steps", 0) * ta.get("batch", 0) * ta.get("seq_len", 0))
+        val_tok = f"{s['val_nats_per_token']:.4f}" if "val_nats_per_token" in s else "— (τ below)"
+        val_chr = f"{s['val_nats_per_char']:.4f}" if "val_nats_per_char" in s else "—"
         out.append(f"| {role} | `{s['file']}` | {s['bytes'] / 1e6:.1f} MB | {s['params'] / 1e6:.2f} M | "
-                   f"{s.get('tokens', 0) / 1e6:.2f} M | {s.get('val_nats_per_token', float('nan')):.4f} | "
-                   f"{s.get('val_nats_per_char', float('nan')):.4f} | {s['exported']} |\n")
+                   f"{tokens / 1e6:.2f} M | {val_tok} | {val_chr} | {s['exported']} |\n")
     t = summaries.get("ref-target")
     if t:
         c = t["config"]
@@ -69,8 +74,16 @@ in {t.get('val_precision', 'fp32')}).
 Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
 """)
         if t["val_nats_per_token"] > QUALITY_BAR:
-            out.append(f"\n**Status: training in progress.** The bar of issue 3 is ≤ {QUALITY_BAR} nats/token on the "
-                       f"validation split; this export is an intermediate checkpoint.\n")
+            done = a.get('total_tokens') and t['tokens'] >= a['total_tokens']
+            if done:
+                out.append(f"\n**Below the quality bar.** Issue 3 asks for ≤ {QUALITY_BAR} nats/token on the validation "
+                           f"split. Training finished its schedule and the validation loss had flattened: the model "
+                           f"overfits the small train split ({a.get('total_tokens', 0) / 1e6:.0f} M tokens is several "
+                           f"epochs of it), and the validation split is a handful of files. Meeting the bar needs a "
+                           f"changed recipe (regularisation, early stopping, another model size), not more tokens.\n")
+            else:
+                out.append(f"\n**Status: training in progress.** The bar of issue 3 is ≤ {QUALITY_BAR} nats/token on the "
+                           f"validation split; this export is an intermediate checkpoint.\n")
         if t.get("samples"):
             out.append("\n### Greedy continuations of held-out prompts (test split)\n")
             for smp in t["samples"]:
@@ -91,6 +104,8 @@ tools/train/install-deps.sh
 tools/train/launch_target.sh                              # background, resumable (hours on CPU)
 /usr/bin/python3 tools/train/export_target.py             # models/ref-target.gguf + .json
 /usr/bin/python3 tools/train/model_card.py                # this file
+tools/train/launch_pipeline.sh draft dspark eval          # draft model, DSpark drafter, offline tau (background)
+/usr/bin/python3 tools/train/export_golden.py --dspark models/ref-dspark.gguf   # goldens of both
 ```
 """)
     (MODELS_DIR / "README.md").write_text("".join(out))
