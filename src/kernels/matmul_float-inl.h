@@ -192,8 +192,14 @@ template <typename WT>
 void MatMulFloatPacked(const WT* packed, int64_t rows, int64_t cols, const float* x, int64_t m, float* y,
                        ThreadPool& pool) {
   const hn::ScalableTag<float> df;
-  // Activation rows per pass: kM x (16 / N) accumulators stay within half the registers.
-  constexpr int kMaxM = std::max(1, 8 * static_cast<int>(hn::MaxLanes(df)) / static_cast<int>(kFloatGroupRows));
+  // Activation rows per pass over the weights: as many as the registers hold accumulators for
+  // (kM x 16 / N, plus the weight vectors and a broadcast), up to 16. A verification block of 9
+  // rows is then one pass, not 8 + 1 or 5 + 4: at this size a pass is bound by reading the weights
+  // (from L3 for the bundled target), so a second pass cost as much as the first.
+  constexpr int N = static_cast<int>(hn::MaxLanes(df));
+  constexpr int kV = std::max(1, static_cast<int>(kFloatGroupRows) / N);
+  constexpr int kRegs = N * sizeof(float) >= 64 ? 32 : 16;
+  constexpr int kMaxM = std::clamp((kRegs - kV - 1) / kV, 1, 16);
   const int64_t groups = (rows + kFloatGroupRows - 1) / kFloatGroupRows;
   // Rows are split into near-equal chunks (9 rows = 5 + 4, not 8 + 1: a lone row is the slowest tile).
   const int64_t n_chunks = (m + kMaxM - 1) / kMaxM;
@@ -227,7 +233,15 @@ void MatMulFloatPacked(const WT* packed, int64_t rows, int64_t cols, const float
         case 5: FloatPackedGroups<std::min(5, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
         case 6: FloatPackedGroups<std::min(6, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
         case 7: FloatPackedGroups<std::min(7, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        default: FloatPackedGroups<std::min(8, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 8: FloatPackedGroups<std::min(8, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 9: FloatPackedGroups<std::min(9, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 10: FloatPackedGroups<std::min(10, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 11: FloatPackedGroups<std::min(11, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 12: FloatPackedGroups<std::min(12, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 13: FloatPackedGroups<std::min(13, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 14: FloatPackedGroups<std::min(14, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        case 15: FloatPackedGroups<std::min(15, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
+        default: FloatPackedGroups<std::min(16, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
       }
     }
   });
