@@ -179,7 +179,8 @@ void BatchEngine::Admit() {
     s->draft_rng = Rng(s->options.sampling.seed ^ 0x5eedd12af7ull);
     s->detok = std::make_unique<StreamingDetokenizer>(tokenizer_);
     s->stops = std::make_unique<StopStringMatcher>(s->options.stop);
-    s->scheduler = std::make_unique<DraftScheduler>(options_.schedule, &cost_);
+    if (!learned_) learned_ = std::make_unique<DraftScheduler>(options_.schedule, &cost_);
+    s->scheduler = std::make_unique<DraftScheduler>(learned_->Seed());
     s->result.stats.prompt_tokens = static_cast<int64_t>(s->prompt.size());
     s->use_drafter = drafter_ != nullptr && s->options.speculate;
     if (s->use_drafter) {
@@ -402,7 +403,10 @@ Result<bool> BatchEngine::Step() {
     st.sample_ms += MsSince(ts0);
     st.RecordStep(s->k, vr.num_accepted, s->draft.survival);
     const int proposed = static_cast<int>(s->draft.tokens.size());
-    if (proposed > 0) s->scheduler->Observe(proposed, s->k, vr.num_accepted, s->draft_ms, s->draft.survival);
+    if (proposed > 0) {
+      s->scheduler->Observe(proposed, s->k, vr.num_accepted, s->draft_ms, s->draft.survival);
+      learned_->Observe(proposed, s->k, vr.num_accepted, s->draft_ms, s->draft.survival);
+    }
     // Keep the anchor and the accepted draft tokens; drop the rejected rows.
     DSPARK_TRY(cache_.Truncate(s->slot, n_past + 1 + vr.num_accepted));
     if (s->use_drafter && !tap_layers_.empty()) {

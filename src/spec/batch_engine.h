@@ -101,6 +101,8 @@ class BatchEngine {
   std::vector<int> tap_layers_;
   KvCache cache_;
   CostModel cost_;
+  // Learns from every request's steps; new requests start from it (DraftScheduler::Seed).
+  std::unique_ptr<DraftScheduler> learned_;
   SpecStats cumulative_;
 
   mutable std::mutex mu_;  // guards queue_, cancelled_, next_id_

@@ -163,7 +163,10 @@ int DraftScheduler::Budget(int room, int other_rows, double other_tokens) {
     return whole_block ? cap : best_k;
   }
   // Drafting does not pay at the moment; probe now and then (with backoff) in case it does again.
-  if (++skipped_ >= probe_gap_ && cap > 0) {
+  // A probe in a shared pass costs every sequence in it, so the gap grows with the batch: under
+  // heavy load a request hardly ever probes (the engine-wide estimates it started from come from
+  // lighter moments), alone it probes every few steps.
+  if (++skipped_ >= static_cast<int64_t>(probe_gap_) * (1 + other_rows) && cap > 0) {
     skipped_ = 0;
     probe_gap_ = std::min(probe_gap_ * 2, 256);
     return whole_block ? cap : std::min(cap, 2);
@@ -207,6 +210,14 @@ int DraftScheduler::Cut(const Draft& draft) const {
   }
   if (k < options_.n_min) k = 0;
   return k;
+}
+
+DraftScheduler DraftScheduler::Seed() const {
+  DraftScheduler s = *this;
+  for (int& n : s.observed_) n = std::min(n, static_cast<int>(kPriorWeight));
+  s.skipped_ = 0;
+  s.probe_gap_ = 8;
+  return s;
 }
 
 std::vector<double> DraftScheduler::SurvivalOf(const Draft& draft, int k) const {

@@ -113,6 +113,12 @@ class DraftScheduler {
   // Non-increasing, within [0, 1].
   std::vector<double> SurvivalOf(const Draft& draft, int k) const;
 
+  // A scheduler for a new request that starts from what this one has learnt (acceptance, drafter
+  // cost, calibration) instead of the optimistic prior, with its observation counts capped so the
+  // request's own evidence takes over quickly. An engine keeps one such running scheduler across
+  // requests: a fresh prior on every short request would draft at a loss until it learnt again.
+  DraftScheduler Seed() const;
+
   // Measured probability that the first i+1 draft tokens are all accepted.
   double ExpectedSurvival(int i) const;
 

@@ -179,6 +179,22 @@ TEST(Scheduler, ConfidenceIsRecalibratedByRealisedSurvival) {
   EXPECT_LE(cal[3], cal[2]);
 }
 
+TEST(Scheduler, NewRequestsStartFromWhatEarlierRequestsLearnt) {
+  ScheduleOptions o;
+  o.n_max = 4;
+  o.adaptive = true;
+  DraftScheduler engine_wide(o, CostModel({1, 1.2, 1.4, 1.6, 1.8}));
+  // A fresh scheduler drafts on its optimistic prior.
+  EXPECT_GT(DraftScheduler(o, CostModel({1, 1.2, 1.4, 1.6, 1.8})).Budget(100), 0);
+  for (int i = 0; i < 40; ++i) engine_wide.Observe(4, 4, 0, 2.0);  // never accepted, costly
+  DraftScheduler next = engine_wide.Seed();
+  EXPECT_EQ(next.Budget(100), 0);
+  EXPECT_LT(next.ExpectedSurvival(0), 0.1);
+  // The request's own evidence still takes over within a few steps (a cheap, always-right drafter).
+  for (int i = 0; i < 6; ++i) next.Observe(4, 4, 4, 0.1);
+  EXPECT_GT(next.ExpectedSurvival(0), 0.5);
+}
+
 TEST(Scheduler, CostModelLearnsFromMeasuredPasses) {
   CostModel c({{1, 1.0}, {2, 1.2}, {4, 1.6}, {8, 2.4}});
   EXPECT_DOUBLE_EQ(c.VerifyMs(3), 1.4);
