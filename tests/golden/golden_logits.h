@@ -7,8 +7,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 namespace dspark::testing {
+
+// The bundled models and their goldens (paths in the source tree).
+inline std::string RefModelPath(const std::string& file) { return std::string(DSPARK_SOURCE_DIR) + "/models/" + file; }
+inline std::string GoldenPath(const std::string& file) {
+  return std::string(DSPARK_SOURCE_DIR) + "/tests/data/golden/" + file;
+}
 
 struct RowSummary {
   double max = 0, lse = 0;

@@ -15,16 +15,13 @@
 namespace dspark {
 namespace {
 
-const std::string kTarget = std::string(DSPARK_SOURCE_DIR) + "/models/ref-target.gguf";
-const std::string kDrafter = std::string(DSPARK_SOURCE_DIR) + "/models/ref-dspark.gguf";
-
 class RefDSparkGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RefDSparkGolden, ChainConfidenceAndLogitsMatchPyTorch) {
-  auto golden = gguf::File::Open(std::string(DSPARK_SOURCE_DIR) + "/tests/data/golden/dspark-draft-" + GetParam() + ".gguf");
+  auto golden = gguf::File::Open(testing::GoldenPath("dspark-draft-" + GetParam() + ".gguf"));
   ASSERT_TRUE(golden.ok()) << golden.status().message();
   const gguf::File& g = **golden;
-  auto tf = gguf::File::Open(kTarget);
+  auto tf = gguf::File::Open(testing::RefModelPath("ref-target.gguf"));
   ASSERT_TRUE(tf.ok()) << tf.status().message();
   std::shared_ptr<const gguf::File> file(std::move(*tf));
   auto target = Model::FromFile(file);
@@ -49,7 +46,7 @@ TEST_P(RefDSparkGolden, ChainConfidenceAndLogitsMatchPyTorch) {
   ThreadPool pool(2);
   DrafterConfig cfg;
   cfg.type = "draft-dspark";
-  cfg.draft_model = kDrafter;
+  cfg.draft_model = testing::RefModelPath("ref-dspark.gguf");
   auto d = CreateDrafter(cfg, **target, **tok, pool, n + 64);
   ASSERT_TRUE(d.ok()) << d.status().message();
   auto* ds = static_cast<DSparkDrafter*>(d->get());

@@ -12,15 +12,13 @@
 namespace dspark {
 namespace {
 
-const std::string kModel = std::string(DSPARK_SOURCE_DIR) + "/models/ref-target.gguf";
-
 class RefTargetGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RefTargetGolden, LogitsMatchPyTorch) {
-  auto golden = gguf::File::Open(std::string(DSPARK_SOURCE_DIR) + "/tests/data/golden/target-logits-" + GetParam() + ".gguf");
+  auto golden = gguf::File::Open(testing::GoldenPath("target-logits-" + GetParam() + ".gguf"));
   ASSERT_TRUE(golden.ok()) << golden.status().message();
   const gguf::File& g = **golden;
-  auto model = Model::Load(kModel);
+  auto model = Model::Load(testing::RefModelPath("ref-target.gguf"));
   ASSERT_TRUE(model.ok()) << model.status().message();
   const int n_vocab = (*model)->config().n_vocab;
 
