@@ -280,7 +280,10 @@ Result<bool> BatchEngine::Step() {
   int prompt_rows = 0;
   for (Sequence* s : prefilling)
     prompt_rows += std::min(options_.prefill_chunk - prompt_rows, static_cast<int>(s->prompt.size()) - s->n_prefilled);
-  const int other_rows = static_cast<int>(decoding.size()) - 1 + prompt_rows;
+  // Rows and committed tokens the pass holds so far: every anchor and prompt row, plus the drafts
+  // of the sequences already decided (so that not every sequence decides as if it drafted alone).
+  int pass_rows = static_cast<int>(decoding.size()) + prompt_rows;
+  double pass_tokens = static_cast<double>(decoding.size());
   for (size_t i = 0; i < decoding.size(); ++i) {
     Sequence& s = *decoding[i];
     s.draft = Draft();
@@ -289,8 +292,10 @@ Result<bool> BatchEngine::Step() {
     const int room = cache_.n_ctx() - cache_.Length(s.slot) - 1;
     if (!s.use_drafter || room <= 0) continue;
     const int remaining = s.options.max_new_tokens - static_cast<int>(s.result.stats.generated_tokens);
-    const int budget = std::min(s.scheduler->Budget(room, other_rows, static_cast<double>(decoding.size()) - 1), remaining);
+    const int budget = std::min(s.scheduler->Budget(room, pass_rows - 1, pass_tokens - 1), remaining);
     if (budget <= 0) continue;
+    pass_rows += budget;
+    for (int j = 0; j < budget; ++j) pass_tokens += s.scheduler->ExpectedSurvival(j);
     const auto td = Clock::now();
     DraftParams dp;
     dp.budget = budget;
