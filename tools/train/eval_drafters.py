@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -155,11 +156,21 @@ def main():
         print("draft model:", json.dumps(res["draft"]), flush=True)
     if a.dspark:
         ds = load_dspark(a.dspark)
-        res["dspark"] = eval_dspark(target, ds, seqs, ds.c.block_size)
+        res["dspark"] = {**eval_dspark(target, ds, seqs, ds.c.block_size), "block_size": ds.c.block_size}
         print("dspark:", json.dumps(res["dspark"]), flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
+    # A bundled drafter's summary (models/ref-*.json next to its GGUF) keeps its latest evaluation,
+    # which the model card shows.
+    setting = {"split": "val", "n_prompts": a.n_prompts, "prompt_len": a.prompt_len, "gen_len": a.gen_len}
+    for key, path, extra in (("draft", a.draft, {"draft_n": a.draft_n}), ("dspark", a.dspark, {})):
+        summary = Path(path).with_suffix(".json") if path and str(path).endswith(".gguf") else None
+        if key in res and summary is not None and summary.exists():
+            s = json.loads(summary.read_text())
+            s["offline_eval"] = {**setting, **extra, **res[key]}
+            summary.write_text(json.dumps(s, indent=1) + "\n")
+            print("recorded in", summary)
 
 
 if __name__ == "__main__":

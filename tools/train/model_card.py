@@ -93,6 +93,19 @@ Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
         s = summaries.get(stem)
         if s and s.get("notes"):
             out.append(f"\n## {stem}\n\n{s['notes']}\n")
+        ev = (s or {}).get("offline_eval")
+        if ev:
+            length = (f"draft length {ev['draft_n']}" if "draft_n" in ev else
+                      f"block size {ev['block_size']}" if "block_size" in ev else "the drafter's whole block")
+            out.append(f"\n### {stem}: offline acceptance (`eval_drafters.py`)\n\n"
+                       f"Greedy, {ev['split']} split, {ev['n_prompts']} prompts of {ev['prompt_len']} tokens, "
+                       f"{ev['gen_len']} target tokens each, {length}: **τ = {ev['tau']:.2f}** over {ev['steps']} steps; "
+                       f"acceptance per position {', '.join(f'{x:.2f}' for x in ev['accept_rate_per_position'])}.")
+            if "confidence_mean_abs_err" in ev:
+                out.append(f" Confidence head: mean predicted acceptance per position "
+                           f"{', '.join(f'{x:.2f}' for x in ev['confidence_pred_per_position'])}; mean |predicted − "
+                           f"realised| {ev['confidence_mean_abs_err']:.3f}.")
+            out.append("\n")
     out.append("""
 ## Reproduce
 
