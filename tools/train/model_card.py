@@ -74,7 +74,8 @@ in {t.get('val_precision', 'fp32')}).
 Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
 """)
         if t["val_nats_per_token"] > QUALITY_BAR:
-            done = a.get('total_tokens') and t['tokens'] >= a['total_tokens']
+            # The schedule ends on a whole step, up to one step short of total_tokens.
+            done = a.get('total_tokens') and t['tokens'] + a.get('tokens_per_step', 0) > a['total_tokens']
             if done:
                 out.append(f"\n**Below the quality bar.** Issue 3 asks for ≤ {QUALITY_BAR} nats/token on the validation "
                            f"split. Training finished its schedule and the validation loss had flattened: the model "
