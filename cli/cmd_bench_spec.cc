@@ -255,15 +255,21 @@ int RunSpecBench(const SpecBenchFlags& f) {
     const double acc = t.drafted ? double(t.accepted) / t.drafted : 0;
     const double worst = t.WorstSpeedup(plain_totals);
     const std::string name = name_of(grid[gi]);
-    std::printf("%-32s %10.1f %8.2f %8.2f %8.2f %8.2f %6d/%-3d%s\n", name.c_str(), t.tok_s(), speedup, worst, t.tau(),
-                acc, t.identical, n_prompts, gi == best ? "  <- best" : "");
+    // Sampling: speculation keeps the distribution, not the sample (the draws differ), so equal
+    // outputs are not expected and not reported.
+    const bool greedy = opt.sampling.greedy();
+    const std::string identical = greedy ? fmt::format("{}/{}", t.identical, n_prompts) : "n/a";
+    std::printf("%-32s %10.1f %8.2f %8.2f %8.2f %8.2f %10s%s\n", name.c_str(), t.tok_s(), speedup, worst, t.tau(), acc,
+                identical.c_str(), gi == best ? "  <- best" : "");
     j["settings"].push_back({{"setting", grid[gi]}, {"name", name}, {"tokens_per_second", t.tok_s()},
                              {"speedup", speedup}, {"worst_prompt_speedup", worst},
                              {"prompt_tokens_per_second", t.prompt_tok_s}, {"tau", t.tau()},
-                             {"acceptance_rate", acc}, {"identical", t.identical}, {"drafted", t.drafted},
+                             {"acceptance_rate", acc},
+                             {"identical", greedy ? nlohmann::json(t.identical) : nlohmann::json(nullptr)},
+                             {"drafted", t.drafted},
                              {"accepted", t.accepted}});
     csv << fmt::format("\"{}\",{:.3f},{:.4f},{:.4f},{:.4f},{:.4f},{},{}\n", name, t.tok_s(), speedup, worst, t.tau(),
-                       acc, t.identical, n_prompts);
+                       acc, greedy ? std::to_string(t.identical) : std::string(), n_prompts);
     plot.x_categories.push_back(name);
     for (PlotSeries* s : {&tps, &taus, &base}) s->x.push_back(static_cast<double>(gi));
     tps.y.push_back(t.tok_s());
