@@ -295,7 +295,7 @@ Result<bool> BatchEngine::Step() {
     const int budget = std::min(s.scheduler->Budget(room, pass_rows - 1, pass_tokens - 1), remaining);
     if (budget <= 0) continue;
     pass_rows += budget;
-    for (int j = 0; j < budget; ++j) pass_tokens += s.scheduler->ExpectedSurvival(j);
+    for (double a : s.scheduler->MeasuredSurvival(budget)) pass_tokens += a;
     const auto td = Clock::now();
     DraftParams dp;
     dp.budget = budget;

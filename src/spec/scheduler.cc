@@ -145,9 +145,7 @@ int DraftScheduler::Budget(int room, int other_rows, double other_tokens) {
   // here it only decides whether drafting pays at all, and the block costs the same whatever
   // prefix is verified.
   const bool whole_block = options_.mode == ScheduleMode::kCost;
-  std::vector<double> surv(cap);
-  double s = 1.0;
-  for (int i = 0; i < cap; ++i) surv[i] = (s *= accept_[i]);
+  const std::vector<double> surv = MeasuredSurvival(cap);
   int best_k = 0;
   double best = Rate(surv, 0, 0.0, other_rows, other_tokens);
   for (int k = 1; k <= cap; ++k) {
@@ -220,11 +218,18 @@ DraftScheduler DraftScheduler::Seed() const {
   return s;
 }
 
+std::vector<double> DraftScheduler::MeasuredSurvival(int k) const {
+  std::vector<double> surv(std::max(k, 0), 0.0);
+  double s = 1.0;
+  for (int i = 0; i < k && i < static_cast<int>(accept_.size()); ++i) surv[i] = (s *= accept_[i]);
+  return surv;
+}
+
 std::vector<double> DraftScheduler::SurvivalOf(const Draft& draft, int k) const {
-  std::vector<double> surv(std::max(k, 0));
+  std::vector<double> surv = MeasuredSurvival(k);
   double prev = 1.0;
   for (int j = 0; j < k; ++j) {
-    double a = ExpectedSurvival(j);
+    double a = surv[j];
     if (j < static_cast<int>(draft.survival.size())) {
       const bool tracked = j < static_cast<int>(predicted_sum_.size());
       // One pseudo-observation on each side: no correction until verification has spoken.

@@ -121,6 +121,8 @@ class DraftScheduler {
 
   // Measured probability that the first i+1 draft tokens are all accepted.
   double ExpectedSurvival(int i) const;
+  // ExpectedSurvival(0..k-1) in one pass.
+  std::vector<double> MeasuredSurvival(int k) const;
 
   // Expected committed tokens per ms when verifying k tokens with survival probabilities `surv`
   // (surv[i] = P(first i+1 tokens accepted)) after drafting for draft_ms (0 once the draft exists:
