@@ -18,12 +18,15 @@ void* PackedWeights::Allocate(size_t n) {
   return dst;
 }
 
-ThreadPool& PackedWeights::Pool(int threads) {
-  if (!pool_) pool_ = std::make_unique<ThreadPool>(threads > 0 ? threads : ThreadPool::DefaultThreadCount());
-  return *pool_;
+namespace {
+// Packing threads live only while packing: a loaded model holds no idle pool of its own.
+std::unique_ptr<ThreadPool> PackingPool(int threads) {
+  return std::make_unique<ThreadPool>(threads > 0 ? threads : ThreadPool::DefaultThreadCount());
 }
+}  // namespace
 
 void PackedWeights::Pack(const std::vector<ops::WeightView*>& views, int threads) {
+  std::unique_ptr<ThreadPool> pool;
   std::map<const void*, const void*> done;  // original rows -> packed copy
   for (ops::WeightView* v : views) {
     if (v == nullptr || v->data == nullptr) continue;
@@ -34,7 +37,8 @@ void PackedWeights::Pack(const std::vector<ops::WeightView*>& views, int threads
     const size_t n = ops::PackedBytes(v->type, v->rows, v->cols);
     if (n == 0) continue;
     void* dst = Allocate(n);
-    ops::PackWeights(*v, dst, Pool(threads));
+    if (!pool) pool = PackingPool(threads);
+    ops::PackWeights(*v, dst, *pool);
     v->packed = dst;
     done.emplace(v->data, dst);
   }
@@ -64,7 +68,7 @@ bool PackedWeights::PackFused(const std::vector<const ops::WeightView*>& parts, 
   }
   all.data = rows.data();
   void* dst = Allocate(n);
-  ops::PackWeights(all, dst, Pool(threads));
+  ops::PackWeights(all, dst, *PackingPool(threads));
   all.data = nullptr;
   all.packed = dst;
   *fused = all;

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "kernels/ops.h"
-#include "util/thread_pool.h"
 
 namespace dspark {
 
@@ -39,10 +38,8 @@ class PackedWeights {
     void operator()(void* p) const { std::free(p); }
   };
   void* Allocate(size_t n);
-  ThreadPool& Pool(int threads);
 
   std::vector<std::unique_ptr<void, Free>> buffers_;
-  std::unique_ptr<ThreadPool> pool_;
   size_t bytes_ = 0;
 };
 
