@@ -30,6 +30,7 @@ struct ServeFlags {
   bool no_repack = false;
   DType cache_type = DType::kF16;
   ScheduleOptions schedule;
+  bool verbose = false;
 };
 
 std::atomic<bool> g_stop{false};
@@ -37,7 +38,7 @@ std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop.store(true); }  // async-signal-safe; a watcher thread stops the server
 
 int RunServe(ServeFlags f) {
-  SetLogLevel(LogLevel::kInfo);
+  SetLogLevel(f.verbose ? LogLevel::kDebug : LogLevel::kInfo);
   f.drafter.repack = !f.no_repack;
   auto loaded = LoadModelAndTokenizer(f.model, ModelOptions{!f.no_repack});
   if (!loaded.ok()) return Fail(loaded.status());
@@ -137,6 +138,7 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("--prefill-chunk", f->prefill_chunk, "Most prompt tokens per engine step")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub->add_option("--chat-template-file", f->chat_template_file, "Jinja chat template (default: the GGUF's tokenizer.chat_template)");
   sub->add_flag("--no-repack", f->no_repack, kNoRepackHelp);
+  sub->add_flag("-v,--verbose", f->verbose, "Debug log: one line per engine step (rows, drafts, pass and draft time)");
   sub->add_option("--model-draft,--md", f->drafter.draft_model, "Draft model GGUF (draft-simple, draft-dspark, draft-dflash)");
   sub->add_option("--spec-type", f->drafter.type, "none | draft-simple | draft-dspark | draft-dflash | ngram")->capture_default_str();
   sub->add_option("--spec-draft-n-max", f->schedule.n_max, "Most tokens drafted per step")->capture_default_str()->check(CLI::Range(1, 64));

@@ -280,10 +280,12 @@ Result<bool> BatchEngine::Step() {
   int prompt_rows = 0;
   for (Sequence* s : prefilling)
     prompt_rows += std::min(options_.prefill_chunk - prompt_rows, static_cast<int>(s->prompt.size()) - s->n_prefilled);
-  // Rows and committed tokens the pass holds so far: every anchor and prompt row, plus the drafts
-  // of the sequences already decided (so that not every sequence decides as if it drafted alone).
-  int pass_rows = static_cast<int>(decoding.size()) + prompt_rows;
-  double pass_tokens = static_cast<double>(decoding.size());
+  // Decoding rows and committed tokens the pass holds so far: every anchor, plus the drafts of the
+  // sequences already decided (so that not every sequence decides as if it drafted alone). Prompt
+  // rows share the pass but commit nothing now (SharedPass).
+  int decode_rows = static_cast<int>(decoding.size());
+  double decode_tokens = static_cast<double>(decoding.size());
+  double step_draft_ms = 0;
   for (size_t i = 0; i < decoding.size(); ++i) {
     Sequence& s = *decoding[i];
     s.draft = Draft();
@@ -292,10 +294,11 @@ Result<bool> BatchEngine::Step() {
     const int room = cache_.n_ctx() - cache_.Length(s.slot) - 1;
     if (!s.use_drafter || room <= 0) continue;
     const int remaining = s.options.max_new_tokens - static_cast<int>(s.result.stats.generated_tokens);
-    const int budget = std::min(s.scheduler->Budget(room, pass_rows - 1, pass_tokens - 1), remaining);
+    const int budget =
+        std::min(s.scheduler->Budget(room, SharedPass{decode_rows - 1, decode_tokens - 1, prompt_rows}), remaining);
     if (budget <= 0) continue;
-    pass_rows += budget;
-    for (double a : s.scheduler->MeasuredSurvival(budget)) pass_tokens += a;
+    decode_rows += budget;
+    for (double a : s.scheduler->MeasuredSurvival(budget)) decode_tokens += a;
     const auto td = Clock::now();
     DraftParams dp;
     dp.budget = budget;
@@ -304,6 +307,7 @@ Result<bool> BatchEngine::Step() {
     auto proposed = drafter_->Propose(s.slot, s.context, dp, s.draft_rng);
     s.draft_ms = MsSince(td);
     s.result.stats.draft_ms += s.draft_ms;
+    step_draft_ms += s.draft_ms;
     if (!proposed.ok()) {
       FailDrafter(s, proposed.status());
       continue;
@@ -319,7 +323,7 @@ Result<bool> BatchEngine::Step() {
   }
   if (batch_scheduling && !decoding.empty()) {
     const auto k = AdmitDraftSlots(survival, static_cast<int>(decoding.size()), static_cast<double>(decoding.size()),
-                                   cost_);
+                                   cost_, prompt_rows);
     for (size_t i = 0; i < decoding.size(); ++i) {
       decoding[i]->k = std::min(decoding[i]->k, k[i]);
       if (decoding[i]->k < options_.schedule.n_min) decoding[i]->k = 0;
@@ -355,6 +359,13 @@ Result<bool> BatchEngine::Step() {
   // rows skip the LM head and would skew it).
   if (prefilling.empty() || prefill_budget == options_.prefill_chunk) cost_.Observe(batch.size(), pass_ms);
 
+  DSPARK_LOG_DEBUG("engine step: {} decoding ({} drafting, {} draft rows), {} prompt rows, pass {} rows {:.2f} ms, "
+                   "drafting {:.2f} ms",
+                   decoding.size(),
+                   std::count_if(decoding.begin(), decoding.end(), [](const Sequence* s) { return s->k > 0; }),
+                   batch.size() - static_cast<int>(decoding.size()) - (options_.prefill_chunk - prefill_budget),
+                   options_.prefill_chunk - prefill_budget, batch.size(), pass_ms, step_draft_ms);
+
   // Logits rows come out in batch order; map batch row -> logits row.
   std::vector<int> logit_index(batch.size(), -1);
   for (size_t j = 0; j < out.logit_rows.size(); ++j) logit_index[out.logit_rows[j]] = static_cast<int>(j);
@@ -385,8 +396,13 @@ Result<bool> BatchEngine::Step() {
     const int32_t first = SampleToken(logits, n_vocab, s->options.sampling, s->rng, &scratch);
     st.sample_ms += MsSince(ts0);
     s->context.push_back(first);
-    if (s->use_drafter) {
-      // The drafter's own prompt ingestion is prompt processing, as the target's prefill is.
+    // The drafter's own prompt ingestion is prompt processing, as the target's prefill is. Under a
+    // load at which drafting does not pay it is skipped: the drafter catches up by itself if the
+    // sequence ever drafts, and a busy server does not pay for ingestion it never uses.
+    const bool drafting_pays =
+        !batch_scheduling || learned_->Pays(SharedPass{static_cast<int>(decoding.size() + prefilling.size()) - 1,
+                                                       static_cast<double>(decoding.size() + prefilling.size()) - 1, 0});
+    if (s->use_drafter && drafting_pays) {
       const auto tp = Clock::now();
       Status ps = drafter_->Prefill(s->slot, s->context);
       st.prompt_ms += MsSince(tp);

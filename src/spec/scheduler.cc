@@ -19,6 +19,8 @@ constexpr double kCalibrationDecay = 0.02;
 // The prior counts as this many observations: a drafter that misses from the start is dropped
 // after a few steps (a short request cannot afford ten), one that hits keeps its long drafts.
 constexpr double kPriorWeight = 2.0;
+// Probes back off (DraftScheduler::kFirstProbeRatio) up to this ratio of plain time to probe cost.
+constexpr double kMaxProbeRatio = 1024.0;
 }  // namespace
 
 CostModel::CostModel(const std::vector<double>& verify_ms) {
@@ -57,8 +59,15 @@ double CostModel::ProfiledMs(int rows) const {
   return points_[n - 1].second + slope * (rows - points_[n - 1].first);
 }
 
+double DecodeShareMs(const CostModel& cost, int decode_rows, int prompt_rows, int extra_rows) {
+  const int base = std::max(decode_rows, 1);
+  if (prompt_rows <= 0) return cost.VerifyMs(base + extra_rows);
+  if (extra_rows <= 0) return cost.VerifyMs(base);
+  return cost.VerifyMs(base) + cost.VerifyMs(base + prompt_rows + extra_rows) - cost.VerifyMs(base + prompt_rows);
+}
+
 std::vector<int> AdmitDraftSlots(const std::vector<std::vector<double>>& survival, int base_rows,
-                                 double base_tokens, const CostModel& cost) {
+                                 double base_tokens, const CostModel& cost, int prompt_rows) {
   struct Slot {
     double survival;
     int seq, index;
@@ -70,11 +79,11 @@ std::vector<int> AdmitDraftSlots(const std::vector<std::vector<double>>& surviva
   // so every prefix of this order is a set of per-sequence prefixes.
   std::stable_sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.survival > b.survival; });
   double expected = base_tokens;
-  double best_rate = expected / cost.VerifyMs(std::max(base_rows, 1));
+  double best_rate = expected / DecodeShareMs(cost, base_rows, prompt_rows, 0);
   size_t best_len = 0;
   for (size_t n = 1; n <= slots.size(); ++n) {
     expected += slots[n - 1].survival;
-    const double rate = expected / cost.VerifyMs(base_rows + static_cast<int>(n));
+    const double rate = expected / DecodeShareMs(cost, base_rows, prompt_rows, static_cast<int>(n));
     if (rate > best_rate) {
       best_rate = rate;
       best_len = n;
@@ -125,11 +134,10 @@ DraftScheduler::DraftScheduler(const ScheduleOptions& options, const CostModel* 
   shared_cost_ = cost;
 }
 
-double DraftScheduler::Rate(const std::vector<double>& surv, int k, double draft_ms, int other_rows,
-                            double other_tokens) const {
-  double expected = 1.0 + other_tokens;
+double DraftScheduler::Rate(const std::vector<double>& surv, int k, double draft_ms, const SharedPass& pass) const {
+  double expected = 1.0 + pass.decode_tokens;
   for (int i = 0; i < k && i < static_cast<int>(surv.size()); ++i) expected += surv[i];
-  return expected / (cost().VerifyMs(other_rows + k + 1) + draft_ms);
+  return expected / (DecodeShareMs(cost(), pass.decode_rows + 1, pass.prompt_rows, k) + draft_ms);
 }
 
 double DraftScheduler::ExpectedSurvival(int i) const {
@@ -138,36 +146,50 @@ double DraftScheduler::ExpectedSurvival(int i) const {
   return i < static_cast<int>(accept_.size()) ? s : 0.0;
 }
 
-int DraftScheduler::Budget(int room, int other_rows, double other_tokens) {
-  const int cap = std::max(0, std::min(options_.n_max, room));
-  if (!options_.adaptive) return cap;
+int DraftScheduler::BestLength(int cap, const SharedPass& pass) const {
   // Cost mode drafts a whole block and lets Cut pick the verified prefix from the draft's survival;
   // here it only decides whether drafting pays at all, and the block costs the same whatever
   // prefix is verified.
   const bool whole_block = options_.mode == ScheduleMode::kCost;
   const std::vector<double> surv = MeasuredSurvival(cap);
   int best_k = 0;
-  double best = Rate(surv, 0, 0.0, other_rows, other_tokens);
+  double best = Rate(surv, 0, 0.0, pass);
   for (int k = 1; k <= cap; ++k) {
-    const double r = Rate(surv, k, draft_cost_.Ms(whole_block ? cap : k), other_rows, other_tokens);
+    const double r = Rate(surv, k, draft_cost_.Ms(whole_block ? cap : k), pass);
     if (r > best) {
       best = r;
       best_k = k;
     }
   }
-  if (best_k > 0) {
-    skipped_ = 0;
-    probe_gap_ = 8;
-    return whole_block ? cap : best_k;
+  return best_k > 0 && whole_block ? cap : best_k;
+}
+
+bool DraftScheduler::Pays(const SharedPass& pass) const { return BestLength(std::max(options_.n_max, 0), pass) > 0; }
+
+int DraftScheduler::Budget(int room, const SharedPass& pass) {
+  const int cap = std::max(0, std::min(options_.n_max, room));
+  if (!options_.adaptive) return cap;
+  const int best = BestLength(cap, pass);
+  if (best > 0) {
+    probe_credit_ = 0;
+    probe_ratio_ = kFirstProbeRatio;
+    return best;
   }
-  // Drafting does not pay at the moment; probe now and then (with backoff) in case it does again.
-  // A probe in a shared pass costs every sequence in it, so the gap grows with the batch: under
-  // heavy load a request hardly ever probes (the engine-wide estimates it started from come from
-  // lighter moments), alone it probes every few steps.
-  if (++skipped_ >= static_cast<int64_t>(probe_gap_) * (1 + other_rows) && cap > 0) {
-    skipped_ = 0;
-    probe_gap_ = std::min(probe_gap_ * 2, 256);
-    return whole_block ? cap : std::min(cap, 2);
+  // Drafting does not pay at the moment; probe now and then in case it does again (this text may
+  // suit the drafter better than the estimates say). A probe costs the drafting plus its rows in
+  // the shared pass, which every sequence there waits for; it is due once this sequence's share of
+  // the plain steps since the last one is probe_ratio_ times that cost, so probes never take more
+  // than 1/probe_ratio_ of the time, under any load. Each probe that does not pay doubles the ratio.
+  const int probe_k = options_.mode == ScheduleMode::kCost ? cap : std::min(cap, 2);
+  if (probe_k <= 0) return 0;
+  const int rows = pass.decode_rows + 1;
+  probe_credit_ += DecodeShareMs(cost(), rows, pass.prompt_rows, 0) / rows;
+  const double probe_ms = draft_cost_.Ms(probe_k) + DecodeShareMs(cost(), rows, pass.prompt_rows, probe_k) -
+                          DecodeShareMs(cost(), rows, pass.prompt_rows, 0);
+  if (probe_credit_ >= probe_ratio_ * probe_ms) {
+    probe_credit_ = 0;
+    probe_ratio_ = std::min(probe_ratio_ * 2, kMaxProbeRatio);
+    return probe_k;
   }
   return 0;
 }
@@ -213,8 +235,8 @@ int DraftScheduler::Cut(const Draft& draft) const {
 DraftScheduler DraftScheduler::Seed() const {
   DraftScheduler s = *this;
   for (int& n : s.observed_) n = std::min(n, static_cast<int>(kPriorWeight));
-  s.skipped_ = 0;
-  s.probe_gap_ = 8;
+  s.probe_credit_ = 0;
+  s.probe_ratio_ = kFirstProbeRatio;
   return s;
 }
 

@@ -61,13 +61,30 @@ class CostModel {
   int scale_count_ = 0;
 };
 
+// Milliseconds charged to the decoding part of a batched pass: `decode_rows` rows (anchors and
+// drafts) plus `extra_rows` more draft rows, in a pass that also holds `prompt_rows` rows of
+// newcomers' prompts. Prompt rows commit nothing this step and must be processed anyway, so they
+// are not charged to decoding; but draft rows land on top of them, where a compute-bound pass is
+// already long, so their marginal cost is measured there:
+//   cost(decode) + cost(decode + prompt + extra) - cost(decode + prompt).
+// Without prompt rows this is simply cost(decode + extra).
+double DecodeShareMs(const CostModel& cost, int decode_rows, int prompt_rows, int extra_rows);
+
 // Batch-wide admission of draft slots (DSpark's production scheduler). survival[s][i] is the
 // predicted probability that sequence s's first i+1 draft tokens are all accepted (non-increasing
-// in i). `base_rows` rows are in the pass anyway (anchors, prefill) and `base_tokens` tokens are
-// committed by them. Returns, per sequence, how many draft tokens to verify: the prefix of all
-// slots sorted by survival that maximises expected committed tokens per millisecond.
+// in i). `base_rows` decoding rows (anchors) are in the pass anyway and commit `base_tokens`
+// tokens; `prompt_rows` prompt rows share the pass (DecodeShareMs). Returns, per sequence, how
+// many draft tokens to verify: the prefix of all slots sorted by survival that maximises expected
+// committed tokens per millisecond.
 std::vector<int> AdmitDraftSlots(const std::vector<std::vector<double>>& survival, int base_rows,
-                                 double base_tokens, const CostModel& cost);
+                                 double base_tokens, const CostModel& cost, int prompt_rows = 0);
+
+// The rest of the batched pass a sequence's draft would join.
+struct SharedPass {
+  int decode_rows = 0;        // other sequences' anchors and already admitted draft rows
+  double decode_tokens = 0;   // tokens those rows are expected to commit
+  int prompt_rows = 0;        // newcomers' prompt rows (commit nothing this step)
+};
 
 // Milliseconds a drafter spends on a proposal of k tokens, learned online as a + b·k: a draft model
 // pays per token (one pass each), a block drafter (DSpark) per pass whatever k is, and both pay a
@@ -96,8 +113,13 @@ class DraftScheduler {
   // Tokens to ask the drafter for this step (0: skip drafting), given room left in the context.
   // Adaptive: the length with the best expected tokens per ms, drafting cost included; cost mode
   // asks for the whole cap unless drafting does not pay at all.
-  // `other_rows` rows of other sequences (committing `other_tokens` tokens) share the pass.
-  int Budget(int room, int other_rows = 0, double other_tokens = 0);
+  // `pass`: what else shares the target pass. Under load a probe (a draft made although drafting
+  // does not seem to pay, to re-measure acceptance) comes more rarely: it costs every sequence in
+  // the pass.
+  int Budget(int room, const SharedPass& pass = {});
+  // Whether drafting pays at all in such a pass (no probes, no state change). The engine asks the
+  // engine-wide scheduler before paying for a drafter's prompt ingestion.
+  bool Pays(const SharedPass& pass) const;
   // How many of the proposed tokens to verify.
   int Cut(const Draft& draft) const;
   // Feedback after a step: the drafter proposed `proposed` tokens in draft_ms, `verified` of them
@@ -127,13 +149,14 @@ class DraftScheduler {
   // Expected committed tokens per ms when verifying k tokens with survival probabilities `surv`
   // (surv[i] = P(first i+1 tokens accepted)) after drafting for draft_ms (0 once the draft exists:
   // its cost is spent).
-  // other_rows / other_tokens: the rest of a batched pass.
-  double Rate(const std::vector<double>& surv, int k, double draft_ms, int other_rows = 0,
-              double other_tokens = 0) const;
+  // `pass`: the rest of a batched pass (DecodeShareMs).
+  double Rate(const std::vector<double>& surv, int k, double draft_ms, const SharedPass& pass = {}) const;
   const DraftCostModel& draft_cost() const { return draft_cost_; }
 
  private:
   const CostModel& cost() const { return shared_cost_ != nullptr ? *shared_cost_ : own_cost_; }
+  // The draft length (up to cap) with the best expected rate; 0 if drafting does not pay.
+  int BestLength(int cap, const SharedPass& pass) const;
 
   ScheduleOptions options_;
   CostModel own_cost_;
@@ -143,8 +166,14 @@ class DraftScheduler {
   // Decayed sums over verified slots of predicted survival and realised survival (0/1).
   std::vector<double> predicted_sum_, realised_sum_;
   DraftCostModel draft_cost_;
-  int skipped_ = 0;   // consecutive steps without drafting (adaptive)
-  int probe_gap_ = 8; // steps between probes while drafting does not pay
+  // This sequence's share (ms) of the plain passes since the last probe; a probe is due when it
+  // reaches probe_ratio_ times the probe's cost. Accumulating per step (not counting steps against
+  // the current batch size) keeps a drop in load from releasing every sequence's probe at once.
+  // The first probe is due after 32 times its cost in plain decoding (probing costs at most ~3% of
+  // the time); each probe that does not pay doubles the ratio.
+  static constexpr double kFirstProbeRatio = 32.0;
+  double probe_credit_ = 0;
+  double probe_ratio_ = kFirstProbeRatio;
 };
 
 }  // namespace dspark

@@ -151,8 +151,60 @@ TEST(Scheduler, DraftingThatPaysAloneDoesNotPayInABusyComputeBoundPass) {
   for (int i = 0; i < 30; ++i) s.Observe(4, 4, 3, 0.4);  // 75% acceptance, 0.1 ms per token
   EXPECT_GT(s.Budget(100), 0);                          // alone: drafting pays
   int drafted_steps = 0;                                // 31 other sequences share the pass
-  for (int i = 0; i < 64; ++i) drafted_steps += s.Budget(100, 31, 31) > 0;
+  for (int i = 0; i < 64; ++i) drafted_steps += s.Budget(100, SharedPass{31, 31, 0}) > 0;
   EXPECT_LE(drafted_steps, 8);
+}
+
+// A compute-bound target (1 ms for one row, +0.25 ms per further row) and a drafter whose first
+// token always survives and whose second never does, at 0.8 ms per drafted token: alone, drafting
+// one token gives 2 tokens in 1.25 + 0.8 ms, worse than 1 token per ms of plain decoding.
+DraftScheduler MarginalDrafter(const ScheduleOptions& o) {
+  std::vector<double> ms;
+  for (int r = 1; r <= 512; ++r) ms.push_back(1.0 + 0.25 * (r - 1));
+  DraftScheduler s(o, CostModel(ms));
+  for (int i = 0; i < 30; ++i) s.Observe(4, 4, 1, 3.2);
+  return s;
+}
+
+TEST(Scheduler, PromptRowsInThePassDoNotMakeDraftingLookCheap) {
+  ScheduleOptions o;
+  o.n_max = 4;
+  o.adaptive = true;
+  DraftScheduler s = MarginalDrafter(o);
+  EXPECT_FALSE(s.Pays(SharedPass{}));
+  // 256 prompt rows make the pass 65 ms long, but they commit nothing: a draft row still costs
+  // its 0.25 ms on top, and that is what it must repay.
+  EXPECT_FALSE(s.Pays(SharedPass{0, 0, 256}));
+  int drafted_steps = 0;
+  for (int i = 0; i < 64; ++i) drafted_steps += s.Budget(100, SharedPass{0, 0, 256}) > 0;
+  EXPECT_LE(drafted_steps, 4);  // probes only
+  // Batch admission agrees: a sure first draft token is worth its row only if it beats the rate.
+  const std::vector<std::vector<double>> surv = {{1.0, 0.0}, {0.1, 0.01}};
+  std::vector<double> ms;
+  for (int r = 1; r <= 512; ++r) ms.push_back(1.0 + 0.25 * (r - 1));
+  const CostModel cost(ms);
+  EXPECT_EQ(AdmitDraftSlots(surv, 2, 2.0, cost, 256), AdmitDraftSlots(surv, 2, 2.0, cost, 0));
+  EXPECT_EQ(AdmitDraftSlots(surv, 2, 2.0, cost, 256), (std::vector<int>{1, 0}));
+  EXPECT_NEAR(DecodeShareMs(cost, 2, 256, 3), cost.VerifyMs(5), 1e-9);
+}
+
+TEST(Scheduler, ADropInLoadDoesNotReleaseEveryProbeAtOnce) {
+  ScheduleOptions o;
+  o.n_max = 4;
+  o.adaptive = true;
+  DraftScheduler s = MarginalDrafter(o);
+  // 100 steps in a pass shared with 31 other sequences: at most a probe or so.
+  int busy = 0;
+  for (int i = 0; i < 100; ++i) busy += s.Budget(100, SharedPass{31, 31, 0}) > 0;
+  EXPECT_LE(busy, 1);
+  // The batch empties: the next step is not a probe just because the busy steps were many.
+  EXPECT_EQ(s.Budget(100, SharedPass{}), 0);
+  // Alone, probes come back, at a small fraction of the time: a probe here costs 2.1 ms (two draft
+  // tokens at 0.8 ms, two rows at 0.25 ms) and 1 ms of plain decoding passes per step.
+  int alone = 0;
+  for (int i = 0; i < 256; ++i) alone += s.Budget(100, SharedPass{}) > 0;
+  EXPECT_GE(alone, 1);
+  EXPECT_LE(alone, 3);
 }
 
 TEST(Scheduler, ConfidenceIsRecalibratedByRealisedSurvival) {

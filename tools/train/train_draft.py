@@ -5,7 +5,13 @@ the target's soft distribution), plus --hard-weight x CE to the data. Matching t
 distribution, not the data, is what raises acceptance. The target runs frozen in bf16.
 Resumable like train_target.py ($DSPARK_TRAIN_DIR/draft/ckpt.pt).
 
+--data DIR mixes in target-generated sequences (gen_target_data.py): a --gen-frac share of the steps
+distils on the target's own continuations (the states speculation meets), the rest on corpus
+windows. --init warm-starts from another run's weights with a fresh optimizer and schedule.
+
     nice -n 19 /usr/bin/python3 tools/train/train_draft.py --teacher models/ref-target.gguf --resume
+    nice -n 19 /usr/bin/python3 tools/train/train_draft.py --init $DSPARK_TRAIN_DIR/draft/ckpt.pt \
+        --out $DSPARK_TRAIN_DIR/draft-gen --data $DSPARK_TRAIN_DIR/target-gen --lr 1e-3 --resume
     /usr/bin/python3 tools/train/export_draft.py
 """
 import argparse
@@ -15,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -24,6 +31,7 @@ import tokenizer as tok  # noqa: E402
 import trainutil as tu  # noqa: E402
 from model import Qwen3, Qwen3Config  # noqa: E402
 from paths import TARGET_GGUF, train_dir  # noqa: E402
+from target_data import load_generated  # noqa: E402
 from train_target import batch_for_step, evaluate  # noqa: E402
 
 DRAFT_CONFIG = dict(n_layer=2, n_embd=192, n_head=3, n_head_kv=1, head_dim=64, n_ff=512)
@@ -46,6 +54,9 @@ def parse_args(argv=None):
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--config", default=None, help="JSON of draft Qwen3Config overrides")
+    ap.add_argument("--data", default="corpus", help="'corpus' or a gen_target_data.py shard directory to mix in")
+    ap.add_argument("--gen-frac", type=float, default=0.5, help="share of steps on --data DIR sequences")
+    ap.add_argument("--init", default=None, help="start from this checkpoint's weights (fresh optimizer)")
     return ap.parse_args(argv)
 
 
@@ -59,7 +70,15 @@ def main(argv=None):
     tc = target.c
     cfg = Qwen3Config(**{**dict(vocab_size=tc.vocab_size, n_ctx=tc.n_ctx, rope_base=tc.rope_base,
                                 norm_eps=tc.norm_eps), **DRAFT_CONFIG, **(json.loads(a.config) if a.config else {})})
+    if a.init:
+        init = tu.load_checkpoint(Path(a.init))
+        if init is None:
+            raise SystemExit(f"--init {a.init}: no checkpoint there")
+        cfg = Qwen3Config(**init["config"])
     model = Qwen3(cfg).to(dev)
+    if a.init:
+        model.load_state_dict(init["model"])
+        print(f"initialised from {a.init} (step {init['step']})", flush=True)
     opt = tu.make_adamw(model, a.lr, a.weight_decay)
     step, tokens = 0, 0
     ckpt_path = out / "ckpt.pt"
@@ -69,6 +88,7 @@ def main(argv=None):
         print(f"resumed from {ckpt_path}: step {step}", flush=True)
     train, _ = tok.load_cache("train")
     val, val_chars = tok.load_cache("val")
+    gen, gen_prompt = load_generated(a.data) if a.data != "corpus" else (None, 0)
     print(f"draft {model.num_params() / 1e6:.2f}M params {cfg}; teacher {a.teacher}", flush=True)
 
     total_steps = int(a.total_tokens // a.tokens_per_step)
@@ -85,10 +105,19 @@ def main(argv=None):
             "rng": tu.rng_state(), "step": step, "tokens": tokens, "args": vars(a)})
 
     while step < total_steps and not stop.stop:
-        long = a.long_every > 0 and step % a.long_every == a.long_every - 1
-        T = cfg.n_ctx if long else a.seq_len
-        B = max(1, a.tokens_per_step // T)
-        x = batch_for_step(train, step, a.seed, T, B).to(dev)
+        rng = np.random.default_rng([a.seed, step, 1])
+        weights = None
+        if gen is not None and rng.random() < a.gen_frac:
+            T = gen.shape[1] - 1
+            B = max(1, a.tokens_per_step // T)
+            x = torch.from_numpy(gen[rng.integers(0, len(gen), size=B)]).to(dev)
+            weights = torch.zeros(B, T, device=dev)
+            weights[:, gen_prompt - 1:] = 1.0  # the target's continuation (from the last prompt token on)
+        else:
+            long = a.long_every > 0 and step % a.long_every == a.long_every - 1
+            T = cfg.n_ctx if long else a.seq_len
+            B = max(1, a.tokens_per_step // T)
+            x = batch_for_step(train, step, a.seed, T, B).to(dev)
         lr = tu.cosine_lr(step, a.lr, a.min_lr, a.warmup_steps, total_steps)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -102,7 +131,8 @@ def main(argv=None):
             with tu.autocast(dev, amp):
                 logits = model(x[:, :-1])
         d_logp = F.log_softmax(logits.float(), -1)
-        kl = (t_logp.exp() * (t_logp - d_logp)).sum(-1).mean()
+        kl_pos = (t_logp.exp() * (t_logp - d_logp)).sum(-1)
+        kl = kl_pos.mean() if weights is None else (kl_pos * weights).sum() / weights.sum()
         ce = F.nll_loss(d_logp.view(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
         loss = kl + a.hard_weight * ce
         loss.backward()

@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -25,7 +24,7 @@ import trainutil as tu  # noqa: E402
 from dspark_loss import dspark_forward  # noqa: E402
 from dspark_model import DSpark, DSparkConfig  # noqa: E402
 from paths import TARGET_GGUF, train_dir  # noqa: E402
-from train_target import batch_for_step  # noqa: E402
+from target_data import Data  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -47,33 +46,6 @@ def parse_args(argv=None):
     ap.add_argument("--gamma", type=float, default=4.0)
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in this run")
     return ap.parse_args(argv)
-
-
-class Data:
-    """Batches (x [b, T], loss_mask [b, T]) deterministic in (seed, step)."""
-
-    def __init__(self, spec, seq_len, batch, seed):
-        self.seq_len, self.batch, self.seed = seq_len, batch, seed
-        if spec == "corpus":
-            self.train, _ = tok.load_cache("train")
-            self.gen = None
-        else:
-            d = Path(spec)  # a gen_target_data.py shard directory
-            self.prompt_len = json.loads((d / "meta.json").read_text())["prompt_len"]
-            self.gen = np.concatenate([np.load(p) for p in sorted(d.glob("shard-*.npy"))]).astype(np.int64)
-            assert self.gen.shape[1] <= seq_len + 1, "sequences longer than --seq-len"
-
-    def __call__(self, step):
-        if self.gen is None:
-            x = batch_for_step(self.train, step, self.seed, self.seq_len - 1, self.batch)
-            return x, torch.ones_like(x, dtype=torch.bool)
-        rng = np.random.default_rng([self.seed, step])
-        rows = rng.integers(0, len(self.gen), size=self.batch)
-        x = torch.from_numpy(self.gen[rows])
-        m = torch.zeros_like(x, dtype=torch.bool)
-        m[:, self.prompt_len:] = True
-        m[:, self.prompt_len - 1] = True  # the last prompt token is the first anchor (as at inference)
-        return x, m
 
 
 def main(argv=None):
