@@ -72,6 +72,7 @@ int RunServe(ServeFlags f) {
     const CostModel& cost = engine.cost_model();
     DSPARK_LOG_INFO("serve: profiled target pass cost at {} row counts in {:.1f} s", cost.points().size(),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (const auto& [rows, ms] : cost.points()) DSPARK_LOG_DEBUG("serve: target pass of {} rows: {:.3f} ms", rows, ms);
   }
 
   if (!f.chat_template_file.empty()) {

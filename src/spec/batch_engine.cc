@@ -285,7 +285,8 @@ Result<bool> BatchEngine::Step() {
   // rows share the pass but commit nothing now (SharedPass).
   int decode_rows = static_cast<int>(decoding.size());
   double decode_tokens = static_cast<double>(decoding.size());
-  double step_draft_ms = 0;
+  std::vector<ProposeRequest> requests;
+  std::vector<size_t> requester;  // index into `decoding` of each request
   for (size_t i = 0; i < decoding.size(); ++i) {
     Sequence& s = *decoding[i];
     s.draft = Draft();
@@ -299,26 +300,40 @@ Result<bool> BatchEngine::Step() {
     if (budget <= 0) continue;
     decode_rows += budget;
     for (double a : s.scheduler->MeasuredSurvival(budget)) decode_tokens += a;
+    ProposeRequest r;
+    r.seq = s.slot;
+    r.context = s.context;
+    r.params.budget = budget;
+    r.params.sampling = s.options.sampling;
+    r.params.p_min = options_.schedule.p_min;
+    r.rng = &s.draft_rng;
+    requests.push_back(r);
+    requester.push_back(i);
+  }
+  // Every drafting sequence in one call: a block drafter runs them all in one pass. Its time is
+  // shared equally (each sequence's drafting cost is its share of the batched pass).
+  double step_draft_ms = 0;
+  if (!requests.empty()) {
     const auto td = Clock::now();
-    DraftParams dp;
-    dp.budget = budget;
-    dp.sampling = s.options.sampling;
-    dp.p_min = options_.schedule.p_min;
-    auto proposed = drafter_->Propose(s.slot, s.context, dp, s.draft_rng);
-    s.draft_ms = MsSince(td);
-    s.result.stats.draft_ms += s.draft_ms;
-    step_draft_ms += s.draft_ms;
-    if (!proposed.ok()) {
-      FailDrafter(s, proposed.status());
-      continue;
-    }
-    s.draft = std::move(*proposed);
-    s.result.stats.num_draft_calls += s.draft.forward_passes;
-    if (static_cast<int>(s.draft.tokens.size()) > budget) s.draft.tokens.resize(budget);
-    s.k = s.scheduler->Cut(s.draft);
-    if (batch_scheduling) {
-      // Survival for batch admission: the drafter's own estimate, else measured acceptance.
-      survival[i] = s.scheduler->SurvivalOf(s.draft, s.k);
+    std::vector<Result<Draft>> proposed = drafter_->ProposeBatch(requests);
+    step_draft_ms = MsSince(td);
+    for (size_t j = 0; j < requests.size(); ++j) {
+      Sequence& s = *decoding[requester[j]];
+      s.draft_ms = step_draft_ms / static_cast<double>(requests.size());
+      s.result.stats.draft_ms += s.draft_ms;
+      if (!proposed[j].ok()) {
+        FailDrafter(s, proposed[j].status());
+        continue;
+      }
+      s.draft = std::move(*proposed[j]);
+      s.result.stats.num_draft_calls += s.draft.forward_passes;
+      const int budget = requests[j].params.budget;
+      if (static_cast<int>(s.draft.tokens.size()) > budget) s.draft.tokens.resize(budget);
+      s.k = s.scheduler->Cut(s.draft);
+      if (batch_scheduling) {
+        // Survival for batch admission: the drafter's own estimate, else measured acceptance.
+        survival[requester[j]] = s.scheduler->SurvivalOf(s.draft, s.k);
+      }
     }
   }
   if (batch_scheduling && !decoding.empty()) {

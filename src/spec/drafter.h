@@ -53,6 +53,14 @@ struct TapRows {
   std::vector<const float*> taps;
 };
 
+// One sequence's request in a batched proposal (Drafter::ProposeBatch).
+struct ProposeRequest {
+  int seq = 0;
+  std::span<const int32_t> context;
+  DraftParams params;
+  Rng* rng = nullptr;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -73,6 +81,16 @@ class Drafter {
   // (prompt and generated), whose last token the target has not processed yet. An empty draft
   // is a normal answer. Rollback is implicit: the next call's context says what survived.
   virtual Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) = 0;
+  // Proposals for several sequences in one go (a continuous-batching step), results in request
+  // order; a sequence's failure is its own. Each result equals what Propose would return. A
+  // drafter that can share its forward pass across sequences (DSpark) overrides this; the
+  // default proposes one sequence after the other.
+  virtual std::vector<Result<Draft>> ProposeBatch(std::span<const ProposeRequest> requests) {
+    std::vector<Result<Draft>> out;
+    out.reserve(requests.size());
+    for (const ProposeRequest& r : requests) out.push_back(Propose(r.seq, r.context, r.params, *r.rng));
+    return out;
+  }
   // The request on `seq` ended.
   virtual void End(int seq) {}
 };

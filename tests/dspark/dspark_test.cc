@@ -103,6 +103,24 @@ class DSpark : public ::testing::Test {
     return r.ok() ? std::move(*r) : GenerateResult{};
   }
 
+  // Starts `seq` on the drafter and hands it the target features of the prompt's committed rows
+  // (all but the last token, the anchor), as the engine does.
+  void FeedPrompt(Drafter* d, int seq, const std::vector<int32_t>& prompt) {
+    KvCache cache(target_.model->config(), 1, 256);
+    Batch b;
+    for (size_t i = 0; i + 1 < prompt.size(); ++i) b.Add(prompt[i], static_cast<int>(i), 0, false);
+    ForwardOptions fo;
+    fo.tap_layers = d->Needs().target_tap_layers;
+    auto out = target_.model->Forward(b, cache, pool_, fo);
+    ASSERT_TRUE(out.ok());
+    TapRows rows;
+    rows.n_rows = b.size();
+    rows.n_embd = target_.model->config().n_embd;
+    for (auto& t : out->taps) rows.taps.push_back(t.data());
+    ASSERT_TRUE(d->Begin(seq).ok());
+    ASSERT_TRUE(d->ObserveTaps(seq, rows).ok());
+  }
+
   static std::vector<int32_t> Prompt(int variant) {
     std::vector<int32_t> p = {1};
     for (int i = 0; i < 3 + variant * 4; ++i) p.push_back(3 + (i * (11 + variant * 6) + variant) % 57);
@@ -212,22 +230,10 @@ TEST_F(DSpark, ConfidenceCutStopsBeforeFirstLowConfidenceSlot) {
   auto* ds = static_cast<DSparkDrafter*>(d->get());
   const auto prompt = Prompt(1);
   // Feed the prompt's target features as the engine would, then draft with and without a cut.
-  KvCache cache(target_.model->config(), 1, 256);
-  Batch b;
-  for (size_t i = 0; i + 1 < prompt.size(); ++i) b.Add(prompt[i], static_cast<int>(i), 0, false);
-  ForwardOptions fo;
-  fo.tap_layers = ds->Needs().target_tap_layers;
-  auto out = target_.model->Forward(b, cache, pool_, fo);
-  ASSERT_TRUE(out.ok());
-  TapRows rows;
-  rows.n_rows = b.size();
-  rows.n_embd = target_.model->config().n_embd;
-  for (auto& t : out->taps) rows.taps.push_back(t.data());
   Rng rng(1);
   DraftParams dp;
   dp.budget = 16;
-  ASSERT_TRUE(ds->Begin(0).ok());
-  ASSERT_TRUE(ds->ObserveTaps(0, rows).ok());
+  FeedPrompt(ds, 0, prompt);
   auto full = ds->Propose(0, prompt, dp, rng);
   ASSERT_TRUE(full.ok()) << full.status().message();
   ASSERT_EQ(full->tokens.size(), 16u);
@@ -242,13 +248,67 @@ TEST_F(DSpark, ConfidenceCutStopsBeforeFirstLowConfidenceSlot) {
   const float p_min = 0.5f * (sorted[7] + sorted[8]);
   size_t want = 0;
   while (want < conf.size() && conf[want] >= p_min) ++want;
-  ASSERT_TRUE(ds->Begin(0).ok());
-  ASSERT_TRUE(ds->ObserveTaps(0, rows).ok());
+  FeedPrompt(ds, 0, prompt);
   dp.p_min = p_min;
   auto cut = ds->Propose(0, prompt, dp, rng);
   ASSERT_TRUE(cut.ok());
   EXPECT_EQ(cut->tokens.size(), want);
   EXPECT_TRUE(std::equal(cut->tokens.begin(), cut->tokens.end(), full->tokens.begin()));
+}
+
+// A server step drafts for every sequence in one backbone pass and one chain (ProposeBatch): each
+// sequence's draft must be exactly what it would get alone, tokens, survival, probabilities and
+// sampled distributions alike, whatever the other sequences' context lengths.
+TEST_F(DSpark, BatchedProposalsEqualProposalsOneAtATime) {
+  for (const char* name : {"anchor_first", "bonus_d2t", "dflash", "long_block"}) {
+    const std::string type = std::string(name) == "dflash" ? "draft-dflash" : "draft-dspark";
+    for (const bool sample : {false, true}) {
+      auto alone = Create(name, type);
+      auto batched = Create(name, type);
+      ASSERT_TRUE(alone.ok() && batched.ok());
+      std::vector<std::vector<int32_t>> prompts;
+      std::vector<ProposeRequest> requests;
+      std::vector<Rng> rngs;
+      for (int variant = 0; variant < 4; ++variant) prompts.push_back(Prompt(variant));
+      rngs.reserve(prompts.size());
+      for (int seq = 0; seq < 4; ++seq) {
+        FeedPrompt(alone->get(), seq, prompts[seq]);
+        FeedPrompt(batched->get(), seq, prompts[seq]);
+        ProposeRequest r;
+        r.seq = seq;
+        r.context = prompts[seq];
+        r.params.budget = 3 + 4 * seq;  // different lengths in one batch
+        if (sample) r.params.sampling.temperature = 0.9f;
+        rngs.emplace_back(100 + seq);
+        requests.push_back(r);
+      }
+      for (size_t i = 0; i < requests.size(); ++i) requests[i].rng = &rngs[i];
+      std::vector<Result<Draft>> got = (*batched)->ProposeBatch(requests);
+      ASSERT_EQ(got.size(), requests.size());
+      for (size_t i = 0; i < requests.size(); ++i) {
+        Rng rng(100 + static_cast<uint64_t>(i));
+        auto want = (*alone)->Propose(requests[i].seq, requests[i].context, requests[i].params, rng);
+        ASSERT_TRUE(want.ok() && got[i].ok()) << name;
+        EXPECT_FALSE(want->tokens.empty()) << name;
+        EXPECT_EQ(got[i]->tokens, want->tokens) << name << " seq " << i << " sample " << sample;
+        EXPECT_EQ(got[i]->survival, want->survival) << name << " seq " << i;
+        EXPECT_EQ(got[i]->probs, want->probs) << name << " seq " << i;
+        EXPECT_EQ(got[i]->q, want->q) << name << " seq " << i;
+        EXPECT_EQ(got[i]->forward_passes, 1);
+      }
+      // A sequence whose context disagrees with what the drafter saw fails alone.
+      std::vector<int32_t> wrong = prompts[0];
+      wrong.push_back(5);
+      requests[0].context = wrong;
+      for (int seq = 0; seq < 4; ++seq) {
+        FeedPrompt(batched->get(), seq, prompts[seq]);
+        rngs[seq] = Rng(100 + seq);
+      }
+      got = (*batched)->ProposeBatch(requests);
+      EXPECT_FALSE(got[0].ok());
+      for (size_t i = 1; i < requests.size(); ++i) EXPECT_TRUE(got[i].ok()) << name << " seq " << i;
+    }
+  }
 }
 
 TEST(DSparkSchedule, CostModeVerifiesThePrefixMaximisingTokensPerMs) {

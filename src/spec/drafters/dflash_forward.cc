@@ -37,53 +37,111 @@ void NormRope(const Rope& rope, const float* cos_t, const float* sin_t, const st
 
 }  // namespace
 
-DflashForward::DflashForward(const DflashModel& model, int n_ctx)
-    : model_(model), rope_(model.config().rope), cache_(CacheConfig(model.config()), 1, n_ctx + model.config().block_size + 1, DType::kF32) {}
+DflashContext::DflashContext(const DflashModel& model, int n_ctx)
+    : cache_(CacheConfig(model.config()), 1, n_ctx + model.config().block_size + 1, DType::kF32) {}
 
-Status DflashForward::Run(const float* feats, int n_ctx_rows, std::span<const int32_t> block, int block_pos0,
-                          ThreadPool& pool, BlockOutput* out) {
+DflashForward::DflashForward(const DflashModel& model) : model_(model), rope_(model.config().rope) {}
+
+Status DflashForward::Check(const DflashJob& job) const {
+  const DflashConfig& c = model_.config();
+  if (job.context == nullptr) return InvalidArgument("spec: dflash job without a context");
+  if (!job.block.empty() && job.out == nullptr) return InvalidArgument("spec: dflash block without an output");
+  const KvCache& cache = job.context->cache_;
+  const int n_blk = static_cast<int>(job.block.size());
+  if (cache.Length(0) + job.n_ctx_rows + n_blk > cache.n_ctx())
+    return OutOfRange("spec: dflash draft context full: {} rows + {} new + a block of {} exceed {}", cache.Length(0),
+                      job.n_ctx_rows, n_blk, cache.n_ctx());
+  for (int32_t t : job.block)
+    if (t < 0 || t >= c.n_vocab) return InvalidArgument("spec: block token {} outside the vocabulary", t);
+  return Status::Ok();
+}
+
+Status DflashForward::Run(std::span<const DflashJob> jobs, ThreadPool& pool) {
+  for (const DflashJob& job : jobs) DSPARK_TRY(Check(job));
+  Inject(jobs, pool);
+  RunBlocks(jobs, pool);
+  return Status::Ok();
+}
+
+void DflashForward::Inject(std::span<const DflashJob> jobs, ThreadPool& pool) {
   const DflashConfig& c = model_.config();
   const DflashWeights& w = model_.weights();
   const int64_t E = c.n_embd;
-  const int n_blk = static_cast<int>(block.size());
-  const int len0 = cache_.Length(0);
-  if (len0 + n_ctx_rows + n_blk > cache_.n_ctx())
-    return OutOfRange("spec: dflash draft context full: {} rows + {} new + a block of {} exceed {}", len0, n_ctx_rows,
-                      n_blk, cache_.n_ctx());
-  for (int32_t t : block)
-    if (t < 0 || t >= c.n_vocab) return InvalidArgument("spec: block token {} outside the vocabulary", t);
+  const size_t width = c.target_layers.size() * static_cast<size_t>(E);
   const int half = c.head_dim / 2;
   const int kv_dim = c.kv_dim();
-
-  // Context: g = RMSNorm_enc(fc · f [* fc.scale]), then each layer's K/V at positions len0...
-  if (n_ctx_rows > 0) {
-    g_.resize(static_cast<size_t>(n_ctx_rows) * E);
-    kv_.resize(static_cast<size_t>(n_ctx_rows) * kv_dim);
-    ops::MatMul(w.fc, feats, n_ctx_rows, g_.data(), pool);
-    if (w.fc_scale != 1.0f) ops::Scale(w.fc_scale, static_cast<int64_t>(n_ctx_rows) * E, g_.data());
-    RmsRows(g_.data(), w.enc_norm, c.rms_eps, n_ctx_rows, E, g_.data());
-    cos_.resize(static_cast<size_t>(n_ctx_rows) * half);
-    sin_.resize(static_cast<size_t>(n_ctx_rows) * half);
-    for (int i = 0; i < n_ctx_rows; ++i) rope_.Angles(len0 + i, cos_.data() + i * half, sin_.data() + i * half);
-    for (int il = 0; il < c.n_layer; ++il) {
-      const DflashLayer& L = w.layers[il];
-      ops::MatMul(L.wk, g_.data(), n_ctx_rows, kv_.data(), pool);
-      for (int i = 0; i < n_ctx_rows; ++i) {
-        float* k = kv_.data() + static_cast<size_t>(i) * kv_dim;
-        NormRope(rope_, cos_.data() + i * half, sin_.data() + i * half, L.k_norm, c.rms_eps, c.n_head_kv, c.head_dim, k);
-        cache_.WriteK(il, 0, len0 + i, k);
-      }
-      ops::MatMul(L.wv, g_.data(), n_ctx_rows, kv_.data(), pool);
-      for (int i = 0; i < n_ctx_rows; ++i)
-        cache_.WriteV(il, 0, len0 + i, kv_.data() + static_cast<size_t>(i) * kv_dim);
-    }
-    cache_.Advance(0, n_ctx_rows);
+  int rows = 0, with_rows = 0;
+  for (const DflashJob& job : jobs) {
+    rows += job.n_ctx_rows;
+    with_rows += job.n_ctx_rows > 0;
   }
-  if (n_blk == 0) return Status::Ok();
+  if (rows == 0) return;
+  // One job: its buffer as it is; several: their rows stacked into one matrix.
+  const float* feats = nullptr;
+  if (with_rows == 1) {
+    for (const DflashJob& job : jobs)
+      if (job.n_ctx_rows > 0) feats = job.feats;
+  } else {
+    feats_.resize(static_cast<size_t>(rows) * width);
+    size_t at = 0;
+    for (const DflashJob& job : jobs) {
+      std::copy_n(job.feats, static_cast<size_t>(job.n_ctx_rows) * width, feats_.data() + at);
+      at += static_cast<size_t>(job.n_ctx_rows) * width;
+    }
+    feats = feats_.data();
+  }
 
-  // Block: pre-norm Qwen3 layers whose attention sees [context ; block].
-  const int n_cells = cache_.Length(0);  // block cells follow at n_cells..n_cells+n_blk-1
-  const size_t rows = static_cast<size_t>(n_blk);
+  // g = RMSNorm_enc(fc · f [* fc.scale]), then each layer's K/V at each sequence's next positions.
+  g_.resize(static_cast<size_t>(rows) * E);
+  kv_.resize(static_cast<size_t>(rows) * kv_dim);
+  ops::MatMul(w.fc, feats, rows, g_.data(), pool);
+  if (w.fc_scale != 1.0f) ops::Scale(w.fc_scale, static_cast<int64_t>(rows) * E, g_.data());
+  RmsRows(g_.data(), w.enc_norm, c.rms_eps, rows, E, g_.data());
+  cos_.resize(static_cast<size_t>(rows) * half);
+  sin_.resize(static_cast<size_t>(rows) * half);
+  {
+    int r = 0;
+    for (const DflashJob& job : jobs)
+      for (int i = 0; i < job.n_ctx_rows; ++i, ++r)
+        rope_.Angles(job.context->length() + i, cos_.data() + r * half, sin_.data() + r * half);
+  }
+  for (int il = 0; il < c.n_layer; ++il) {
+    const DflashLayer& L = w.layers[il];
+    ops::MatMul(L.wk, g_.data(), rows, kv_.data(), pool);
+    int r = 0;
+    for (const DflashJob& job : jobs) {
+      KvCache& cache = job.context->cache_;
+      for (int i = 0; i < job.n_ctx_rows; ++i, ++r) {
+        float* k = kv_.data() + static_cast<size_t>(r) * kv_dim;
+        NormRope(rope_, cos_.data() + r * half, sin_.data() + r * half, L.k_norm, c.rms_eps, c.n_head_kv, c.head_dim, k);
+        cache.WriteK(il, 0, cache.Length(0) + i, k);
+      }
+    }
+    ops::MatMul(L.wv, g_.data(), rows, kv_.data(), pool);
+    r = 0;
+    for (const DflashJob& job : jobs) {
+      KvCache& cache = job.context->cache_;
+      for (int i = 0; i < job.n_ctx_rows; ++i, ++r)
+        cache.WriteV(il, 0, cache.Length(0) + i, kv_.data() + static_cast<size_t>(r) * kv_dim);
+    }
+  }
+  for (const DflashJob& job : jobs) job.context->cache_.Advance(0, job.n_ctx_rows);
+}
+
+void DflashForward::RunBlocks(std::span<const DflashJob> jobs, ThreadPool& pool) {
+  const DflashConfig& c = model_.config();
+  const DflashWeights& w = model_.weights();
+  const int64_t E = c.n_embd;
+  const int half = c.head_dim / 2;
+  const int kv_dim = c.kv_dim();
+  // Block rows of all jobs, in job order; row0[j] is job j's first.
+  std::vector<int> row0(jobs.size() + 1, 0);
+  for (size_t j = 0; j < jobs.size(); ++j) row0[j + 1] = row0[j] + static_cast<int>(jobs[j].block.size());
+  const int n_rows = row0.back();
+  if (n_rows == 0) return;
+  const size_t rows = static_cast<size_t>(n_rows);
+
+  // Block: pre-norm Qwen3 layers whose attention sees [own context ; own block].
   x_.resize(rows * E);
   h_.resize(rows * E);
   q_.resize(rows * c.q_dim());
@@ -95,82 +153,107 @@ Status DflashForward::Run(const float* feats, int n_ctx_rows, std::span<const in
   up_.resize(rows * c.n_ff);
   cos_.resize(rows * half);
   sin_.resize(rows * half);
-  for (int i = 0; i < n_blk; ++i) {
-    const ops::WeightView& e = w.tok_embd;
-    const uint8_t* row = static_cast<const uint8_t*>(e.data) + RowBytes(e.type, e.cols) * block[i];
-    ops::DequantizeRow(e.type, row, x_.data() + i * E, E);
-    rope_.Angles(block_pos0 + i, cos_.data() + i * half, sin_.data() + i * half);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (int i = 0; i < static_cast<int>(jobs[j].block.size()); ++i) {
+      const int r = row0[j] + i;
+      const ops::WeightView& e = w.tok_embd;
+      const uint8_t* row = static_cast<const uint8_t*>(e.data) + RowBytes(e.type, e.cols) * jobs[j].block[i];
+      ops::DequantizeRow(e.type, row, x_.data() + r * E, E);
+      rope_.Angles(jobs[j].block_pos0 + i, cos_.data() + r * half, sin_.data() + r * half);
+    }
   }
   const int group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  // Causal blocks: row i sees the context and block rows 0..i.
-  const int n_all = n_cells + n_blk;
+  // Causal blocks: row i sees the context and block rows 0..i (rows of one block, any length).
+  int longest = 0;
+  for (const DflashJob& job : jobs) longest = std::max(longest, static_cast<int>(job.block.size()));
   if (c.causal) {
-    causal_.assign(rows * rows, 0);
-    for (int i = 0; i < n_blk; ++i)
-      for (int j = 0; j <= i; ++j) causal_[static_cast<size_t>(i) * n_blk + j] = 1;
+    causal_.assign(static_cast<size_t>(longest) * longest, 0);
+    for (int i = 0; i < longest; ++i)
+      for (int j = 0; j <= i; ++j) causal_[static_cast<size_t>(i) * longest + j] = 1;
   }
-  // Rows per attention call: ~16 query heads share each key tile load (as in Model::Forward).
+  // Rows per attention task: ~16 query heads share each key tile load (as in Model::Forward).
+  // Tasks: (job, K/V head, unit of that job's block rows).
   const int per_unit = std::max(1, 16 / group);
-  const int n_units = (n_blk + per_unit - 1) / per_unit;
+  struct Task {
+    int job, r0, nr;
+  };
+  std::vector<Task> tasks;
+  for (size_t j = 0; j < jobs.size(); ++j)
+    for (int r = 0; r < static_cast<int>(jobs[j].block.size()); r += per_unit)
+      tasks.push_back({static_cast<int>(j), r, std::min(per_unit, static_cast<int>(jobs[j].block.size()) - r)});
+  const int64_t n_tasks = static_cast<int64_t>(tasks.size()) * c.n_head_kv;
 
   for (int il = 0; il < c.n_layer; ++il) {
     const DflashLayer& L = w.layers[il];
-    RmsRows(x_.data(), L.attn_norm, c.rms_eps, n_blk, E, h_.data());
-    ops::MatMul(L.wq, h_.data(), n_blk, q_.data(), pool);
-    ops::MatMul(L.wk, h_.data(), n_blk, k_.data(), pool);
-    ops::MatMul(L.wv, h_.data(), n_blk, v_.data(), pool);
-    for (int i = 0; i < n_blk; ++i) {
-      const float* ct = cos_.data() + i * half;
-      const float* st = sin_.data() + i * half;
-      NormRope(rope_, ct, st, L.q_norm, c.rms_eps, c.n_head, c.head_dim, q_.data() + static_cast<size_t>(i) * c.q_dim());
-      float* k = k_.data() + static_cast<size_t>(i) * kv_dim;
-      NormRope(rope_, ct, st, L.k_norm, c.rms_eps, c.n_head_kv, c.head_dim, k);
-      cache_.Write(il, 0, n_cells + i, k, v_.data() + static_cast<size_t>(i) * kv_dim);
+    RmsRows(x_.data(), L.attn_norm, c.rms_eps, n_rows, E, h_.data());
+    ops::MatMul(L.wq, h_.data(), n_rows, q_.data(), pool);
+    ops::MatMul(L.wk, h_.data(), n_rows, k_.data(), pool);
+    ops::MatMul(L.wv, h_.data(), n_rows, v_.data(), pool);
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      KvCache& cache = jobs[j].context->cache_;
+      const int n_cells = cache.Length(0);  // block cells follow at n_cells..
+      for (int i = 0; i < static_cast<int>(jobs[j].block.size()); ++i) {
+        const size_t r = static_cast<size_t>(row0[j] + i);
+        const float* ct = cos_.data() + r * half;
+        const float* st = sin_.data() + r * half;
+        NormRope(rope_, ct, st, L.q_norm, c.rms_eps, c.n_head, c.head_dim, q_.data() + r * c.q_dim());
+        float* k = k_.data() + r * kv_dim;
+        NormRope(rope_, ct, st, L.k_norm, c.rms_eps, c.n_head_kv, c.head_dim, k);
+        cache.Write(il, 0, n_cells + i, k, v_.data() + r * kv_dim);
+      }
     }
-    // One task per (K/V head, unit of block rows); every row sees the context (cells
-    // 0..n_cells-1) and the block rows its mask allows. An attention sink is one more logit per
-    // head that contributes no value.
-    pool.ParallelFor(static_cast<int64_t>(n_units) * c.n_head_kv, [&](int64_t task, int) {
-      const int kvh = static_cast<int>(task / n_units);
-      const int r0 = static_cast<int>(task % n_units) * per_unit;
-      const int nr = std::min(per_unit, n_blk - r0);
+    // Every block row sees its sequence's context (cells 0..n_cells-1) and the block rows its
+    // mask allows. An attention sink is one more logit per head that contributes no value.
+    pool.ParallelFor(n_tasks, [&](int64_t index, int) {
+      const Task& t = tasks[index / c.n_head_kv];
+      const int kvh = static_cast<int>(index % c.n_head_kv);
+      const DflashJob& job = jobs[t.job];
+      const KvCache& cache = job.context->cache_;
+      const int n_cells = cache.Length(0);
+      const int n_blk = static_cast<int>(job.block.size());
+      const int n_all = n_cells + n_blk;
+      const size_t r0 = static_cast<size_t>(row0[t.job] + t.r0);
       const size_t head0 = static_cast<size_t>(kvh) * group;
       thread_local std::vector<float> scratch;
-      scratch.resize(static_cast<size_t>(ops::AttentionScratch(nr * group, n_all, c.head_dim)));
-      ops::Attention(q_.data() + static_cast<size_t>(r0) * c.q_dim() + head0 * c.head_dim, c.q_dim(), nr * group, group,
-                     c.head_dim, c.head_dim, cache_.type(), cache_.KTiles(il, 0, kvh), cache_.V(il, 0, kvh, 0),
-                     c.head_dim, n_all, c.causal ? n_cells : n_all,
-                     c.causal ? causal_.data() + static_cast<size_t>(r0) * n_blk : nullptr, scale,
+      scratch.resize(static_cast<size_t>(ops::AttentionScratch(t.nr * group, n_all, c.head_dim)));
+      ops::Attention(q_.data() + r0 * c.q_dim() + head0 * c.head_dim, c.q_dim(), t.nr * group, group, c.head_dim,
+                     c.head_dim, cache.type(), cache.KTiles(il, 0, kvh), cache.V(il, 0, kvh, 0), c.head_dim, n_all,
+                     c.causal ? n_cells : n_all,
+                     c.causal ? causal_.data() + static_cast<size_t>(t.r0) * longest : nullptr, scale,
                      L.attn_sinks.empty() ? nullptr : L.attn_sinks.data() + head0, scratch.data(),
-                     att_.data() + static_cast<size_t>(r0) * c.q_dim() + head0 * c.head_dim, c.q_dim());
+                     att_.data() + r0 * c.q_dim() + head0 * c.head_dim, c.q_dim());
     });
-    ops::MatMul(L.wo, att_.data(), n_blk, tmp_.data(), pool);
-    ops::Add(tmp_.data(), static_cast<int64_t>(n_blk) * E, x_.data());
-    RmsRows(x_.data(), L.ffn_norm, c.rms_eps, n_blk, E, h_.data());
-    ops::MatMul(L.w_gate, h_.data(), n_blk, gate_.data(), pool);
-    ops::MatMul(L.w_up, h_.data(), n_blk, up_.data(), pool);
-    ops::SiluMul(gate_.data(), up_.data(), static_cast<int64_t>(n_blk) * c.n_ff, gate_.data());
-    ops::MatMul(L.w_down, gate_.data(), n_blk, tmp_.data(), pool);
-    ops::Add(tmp_.data(), static_cast<int64_t>(n_blk) * E, x_.data());
+    ops::MatMul(L.wo, att_.data(), n_rows, tmp_.data(), pool);
+    ops::Add(tmp_.data(), static_cast<int64_t>(n_rows) * E, x_.data());
+    RmsRows(x_.data(), L.ffn_norm, c.rms_eps, n_rows, E, h_.data());
+    ops::MatMul(L.w_gate, h_.data(), n_rows, gate_.data(), pool);
+    ops::MatMul(L.w_up, h_.data(), n_rows, up_.data(), pool);
+    ops::SiluMul(gate_.data(), up_.data(), static_cast<int64_t>(n_rows) * c.n_ff, gate_.data());
+    ops::MatMul(L.w_down, gate_.data(), n_rows, tmp_.data(), pool);
+    ops::Add(tmp_.data(), static_cast<int64_t>(n_rows) * E, x_.data());
   }
 
-  out->n_rows = n_blk;
-  out->hidden.resize(rows * E);
-  RmsRows(x_.data(), w.output_norm, c.rms_eps, n_blk, E, out->hidden.data());
-  out->logits.resize(rows * c.n_vocab);
-  if (w.d2t.empty()) {
-    ops::MatMul(w.output, out->hidden.data(), n_blk, out->logits.data(), pool);
-  } else {
-    // Reduced vocabulary: logits_full[d2t[j]] = logits_d[j], -inf elsewhere.
-    tmp_.resize(rows * c.n_vocab_draft);
-    ops::MatMul(w.output, out->hidden.data(), n_blk, tmp_.data(), pool);
-    std::fill(out->logits.begin(), out->logits.end(), -std::numeric_limits<float>::infinity());
-    for (int i = 0; i < n_blk; ++i)
-      for (int j = 0; j < c.n_vocab_draft; ++j)
-        out->logits[i * static_cast<size_t>(c.n_vocab) + w.d2t[j]] = tmp_[i * static_cast<size_t>(c.n_vocab_draft) + j];
+  hidden_.resize(rows * E);
+  RmsRows(x_.data(), w.output_norm, c.rms_eps, n_rows, E, hidden_.data());
+  logits_.resize(rows * c.n_vocab_draft);
+  ops::MatMul(w.output, hidden_.data(), n_rows, logits_.data(), pool);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const int n_blk = static_cast<int>(jobs[j].block.size());
+    if (n_blk == 0) continue;
+    BlockOutput* out = jobs[j].out;
+    out->n_rows = n_blk;
+    out->hidden.assign(hidden_.begin() + row0[j] * E, hidden_.begin() + (row0[j] + n_blk) * E);
+    const size_t V = c.n_vocab, Vd = c.n_vocab_draft;
+    if (w.d2t.empty()) {
+      out->logits.assign(logits_.begin() + row0[j] * Vd, logits_.begin() + (row0[j] + n_blk) * Vd);
+    } else {
+      // Reduced vocabulary: logits_full[d2t[k]] = logits_d[k], -inf elsewhere.
+      out->logits.assign(static_cast<size_t>(n_blk) * V, -std::numeric_limits<float>::infinity());
+      for (int i = 0; i < n_blk; ++i)
+        for (size_t k = 0; k < Vd; ++k) out->logits[i * V + w.d2t[k]] = logits_[(row0[j] + i) * Vd + k];
+    }
   }
-  return Status::Ok();
 }
 
 }  // namespace dspark

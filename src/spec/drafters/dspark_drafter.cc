@@ -18,7 +18,7 @@ Result<std::unique_ptr<DSparkDrafter>> DSparkDrafter::Create(std::unique_ptr<Dfl
 }
 
 DSparkDrafter::DSparkDrafter(std::unique_ptr<DflashModel> model, BlockDraftKind kind, ThreadPool& pool, int n_ctx)
-    : model_(std::move(model)), kind_(kind), pool_(pool), n_ctx_(n_ctx) {}
+    : model_(std::move(model)), forward_(*model_), kind_(kind), pool_(pool), n_ctx_(n_ctx) {}
 
 DrafterNeeds DSparkDrafter::Needs() const {
   DrafterNeeds n;
@@ -30,13 +30,13 @@ DrafterNeeds DSparkDrafter::Needs() const {
 
 DSparkDrafter::SeqState& DSparkDrafter::State(int seq) {
   SeqState& st = seqs_[seq];
-  if (st.fwd == nullptr) st.fwd = std::make_unique<DflashForward>(*model_, n_ctx_);
+  if (st.ctx == nullptr) st.ctx = std::make_unique<DflashContext>(*model_, n_ctx_);
   return st;
 }
 
 Status DSparkDrafter::Begin(int seq) {
   SeqState& st = State(seq);
-  st.fwd->Reset();
+  st.ctx->Reset();
   st.pending.clear();
   st.pending_rows = 0;
   return Status::Ok();
@@ -52,7 +52,8 @@ void DSparkDrafter::End(int seq) {
 
 Status DSparkDrafter::Flush(SeqState& st) {
   if (st.pending_rows == 0) return Status::Ok();
-  DSPARK_TRY(st.fwd->Run(st.pending.data(), st.pending_rows, {}, 0, pool_, nullptr));
+  const DflashJob job{st.ctx.get(), st.pending.data(), st.pending_rows, {}, 0, nullptr};
+  DSPARK_TRY(forward_.Run(std::span<const DflashJob>(&job, 1), pool_));
   st.pending.clear();
   st.pending_rows = 0;
   return Status::Ok();
@@ -65,7 +66,7 @@ Status DSparkDrafter::ObserveTaps(int seq, const TapRows& rows) {
   if (rows.taps.size() != n_taps || rows.n_embd != c.n_embd)
     return InvalidArgument("spec: dspark expects {} taps of width {}, got {} of width {}", n_taps, c.n_embd,
                            rows.taps.size(), rows.n_embd);
-  const int expected = st.fwd->context_length() + st.pending_rows;
+  const int expected = st.ctx->length() + st.pending_rows;
   if (rows.pos0 != expected)
     return InvalidArgument("spec: dspark: committed rows start at position {}, but the draft context holds {} rows "
                            "(rows must arrive in order, without gaps)",
@@ -89,43 +90,88 @@ Status DSparkDrafter::Prefill(int seq, std::span<const int32_t> context) {
 }
 
 Result<Draft> DSparkDrafter::Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) {
+  const ProposeRequest request{seq, context, params, &rng};
+  return std::move(ProposeBatch(std::span<const ProposeRequest>(&request, 1)).front());
+}
+
+std::vector<Result<Draft>> DSparkDrafter::ProposeBatch(std::span<const ProposeRequest> requests) {
   const DflashConfig& c = model_->config();
-  SeqState& st = State(seq);
-  Draft d;
-  if (context.empty()) return d;
-  // The anchor (last context token) sits at position n; rows 0..n-1 must all be known.
-  const int n = static_cast<int>(context.size()) - 1;
-  const int have = st.fwd->context_length() + st.pending_rows;
-  if (have != n)
-    return InvalidArgument("spec: dspark: the sequence has {} committed rows but the drafter saw features of {}", n,
-                           have);
-  const int budget = std::min(params.budget, c.max_drafts());
-  if (budget <= 0) return d;
-
-  // Block [anchor, MASK × (block_size - 1)] at positions n.. (bonus-anchor reads slots 1..).
-  std::vector<int32_t> block(c.block_size, c.mask_token_id);
-  block[0] = context.back();
-  DSPARK_TRY(st.fwd->Run(st.pending.data(), st.pending_rows, block, n, pool_, &st.block));
-  st.pending.clear();
-  st.pending_rows = 0;
-  d.forward_passes = 1;
-
-  ChainOptions co;
-  co.max_tokens = budget;
-  co.sampling = params.sampling;
-  co.p_min = params.p_min;
-  co.keep_logits = keep_logits_;
-  DSPARK_TRY(RunChain(*model_, st.block, context.back(), co, rng, pool_, &st.chain));
-  d.tokens = st.chain.tokens;
-  d.q = std::move(st.chain.q);  // dense [V] rows: hand them over rather than copy
-  if (c.has_confidence) {
-    // Survival a_k = c_1···c_k from the confidence head (the p_min cut reads c_k back as a_k / a_{k-1}).
-    double a = 1.0;
-    for (float conf : st.chain.confidence) d.survival.push_back(static_cast<float>(a *= conf));
-  } else {
-    d.probs = st.chain.prob;  // no calibrated survival: the draft's own probabilities
+  std::vector<Result<Draft>> results(requests.size(), Result<Draft>(Draft()));
+  // Sequences that draft this step: their blocks [anchor, MASK × (block_size - 1)] at positions
+  // n.. (bonus-anchor reads slots 1..) go through one backbone pass with their pending features.
+  std::vector<size_t> which;
+  std::vector<std::vector<int32_t>> blocks;
+  std::vector<DflashJob> jobs;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const ProposeRequest& r = requests[i];
+    SeqState& st = State(r.seq);
+    if (r.context.empty() || std::min(r.params.budget, c.max_drafts()) <= 0) continue;
+    // The anchor (last context token) sits at position n; rows 0..n-1 must all be known.
+    const int n = static_cast<int>(r.context.size()) - 1;
+    const int have = st.ctx->length() + st.pending_rows;
+    if (have != n) {
+      results[i] = InvalidArgument("spec: dspark: the sequence has {} committed rows but the drafter saw features of {}",
+                                   n, have);
+      continue;
+    }
+    std::vector<int32_t> block(c.block_size, c.mask_token_id);
+    block[0] = r.context.back();
+    const DflashJob job{st.ctx.get(), st.pending.data(), st.pending_rows, {}, n, &st.block};
+    DflashJob checked = job;
+    checked.block = block;
+    if (Status s = forward_.Check(checked); !s.ok()) {
+      results[i] = s;
+      continue;
+    }
+    which.push_back(i);
+    blocks.push_back(std::move(block));
+    jobs.push_back(job);
   }
-  return d;
+  if (jobs.empty()) return results;
+  for (size_t j = 0; j < jobs.size(); ++j) jobs[j].block = blocks[j];  // blocks no longer move
+  if (Status s = forward_.Run(jobs, pool_); !s.ok()) {
+    for (size_t i : which) results[i] = s;
+    return results;
+  }
+
+  std::vector<ChainJob> chains(which.size());
+  for (size_t j = 0; j < which.size(); ++j) {
+    const ProposeRequest& r = requests[which[j]];
+    SeqState& st = State(r.seq);
+    st.pending.clear();
+    st.pending_rows = 0;
+    ChainOptions& co = chains[j].options;
+    co.max_tokens = std::min(r.params.budget, c.max_drafts());
+    co.sampling = r.params.sampling;
+    co.p_min = r.params.p_min;
+    co.keep_logits = keep_logits_;
+    chains[j].block = &st.block;
+    chains[j].anchor = r.context.back();
+    chains[j].rng = r.rng;
+    chains[j].out = &st.chain;
+  }
+  RunChains(*model_, chains, pool_);
+
+  for (size_t j = 0; j < which.size(); ++j) {
+    Result<Draft>& result = results[which[j]];
+    if (!chains[j].status.ok()) {
+      result = chains[j].status;
+      continue;
+    }
+    ChainResult& chain = *chains[j].out;
+    Draft& d = *result;
+    d.forward_passes = 1;
+    d.tokens = chain.tokens;
+    d.q = std::move(chain.q);  // dense [V] rows: hand them over rather than copy
+    if (c.has_confidence) {
+      // Survival a_k = c_1···c_k from the confidence head (the p_min cut reads c_k back as a_k / a_{k-1}).
+      double a = 1.0;
+      for (float conf : chain.confidence) d.survival.push_back(static_cast<float>(a *= conf));
+    } else {
+      d.probs = chain.prob;  // no calibrated survival: the draft's own probabilities
+    }
+  }
+  return results;
 }
 
 const ChainResult* DSparkDrafter::last_chain(int seq) const {

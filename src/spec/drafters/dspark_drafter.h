@@ -5,7 +5,8 @@
 // features it has seen. ObserveTaps only buffers the features of newly committed rows (the
 // engine never passes rejected rows); Propose injects them and drafts the next block in one
 // backbone pass, so every step costs one drafter pass and nothing is ever rolled back. Prefill
-// chunks are injected as they arrive once a buffer is large, to bound memory.
+// chunks are injected as they arrive once a buffer is large, to bound memory. ProposeBatch does
+// the same for every drafting sequence of a server step in ONE backbone pass and one chain.
 #pragma once
 
 #include <map>
@@ -31,6 +32,7 @@ class DSparkDrafter final : public Drafter {
   Status ObserveTaps(int seq, const TapRows& rows) override;
   Status Prefill(int seq, std::span<const int32_t> context) override;
   Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override;
+  std::vector<Result<Draft>> ProposeBatch(std::span<const ProposeRequest> requests) override;
   void End(int seq) override;
 
   const DflashModel& model() const { return *model_; }
@@ -42,7 +44,7 @@ class DSparkDrafter final : public Drafter {
 
  private:
   struct SeqState {
-    std::unique_ptr<DflashForward> fwd;
+    std::unique_ptr<DflashContext> ctx;
     std::vector<float> pending;  // [pending_rows, L_t * E] features of committed rows not yet injected
     int pending_rows = 0;
     BlockOutput block;
@@ -54,6 +56,7 @@ class DSparkDrafter final : public Drafter {
   Status Flush(SeqState& st);
 
   std::unique_ptr<DflashModel> model_;
+  DflashForward forward_;
   BlockDraftKind kind_;
   ThreadPool& pool_;
   int n_ctx_;

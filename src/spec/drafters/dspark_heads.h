@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "sampling/sampling.h"
@@ -39,5 +40,18 @@ int FirstDraftSlot(const DflashConfig& config);
 // Runs the chain over the block's draft slots. `block` comes from DflashForward::Run.
 Status RunChain(const DflashModel& model, const BlockOutput& block, int32_t anchor, const ChainOptions& options,
                 Rng& rng, ThreadPool& pool, ChainResult* out);
+
+// Chains of several sequences, slot by slot: each slot's Markov bias W2·e_i of every chain still
+// running is one matmul (as RunChain for each alone, row for row). A job that fails (bad anchor)
+// leaves its result empty and the error in its status.
+struct ChainJob {
+  const BlockOutput* block = nullptr;
+  int32_t anchor = 0;
+  ChainOptions options;
+  Rng* rng = nullptr;
+  ChainResult* out = nullptr;
+  Status status;
+};
+void RunChains(const DflashModel& model, std::span<ChainJob> jobs, ThreadPool& pool);
 
 }  // namespace dspark
