@@ -34,9 +34,14 @@ struct BatchEngine::Sequence {
   std::string stop_reason;      // set when finished
   Clock::time_point decode_start;
 
+  // Rows committed while the sequence did not draft (and prompt rows the drafter did not ingest):
+  // its next proposal first catches up on them. 0 when it drafted the step before.
+  int rows_behind = 0;
+
   // Per-step scratch.
   Draft draft;
   int k = 0;
+  int behind_at_draft = 0;      // rows_behind when this step's draft was asked for
   int row0 = 0;                 // first batch row of this sequence in the current pass
   int n_rows = 0;
   double draft_ms = 0;
@@ -244,6 +249,8 @@ Status BatchEngine::RunUntilIdle() {
 }
 
 Result<bool> BatchEngine::Step() {
+  const auto step_start = Clock::now();
+  int committed = 0;
   // Cancellations first, so a cancelled request never occupies another pass.
   std::vector<int64_t> cancelled;
   {
@@ -296,10 +303,12 @@ Result<bool> BatchEngine::Step() {
     if (!s.use_drafter || room <= 0) continue;
     const int remaining = s.options.max_new_tokens - static_cast<int>(s.result.stats.generated_tokens);
     const int budget =
-        std::min(s.scheduler->Budget(room, SharedPass{decode_rows - 1, decode_tokens - 1, prompt_rows}), remaining);
+        std::min(s.scheduler->Budget(room, SharedPass{decode_rows - 1, decode_tokens - 1, prompt_rows}, s.rows_behind),
+                 remaining);
     if (budget <= 0) continue;
     decode_rows += budget;
     for (double a : s.scheduler->MeasuredSurvival(budget)) decode_tokens += a;
+    s.behind_at_draft = s.rows_behind;
     ProposeRequest r;
     r.seq = s.slot;
     r.context = s.context;
@@ -422,6 +431,8 @@ Result<bool> BatchEngine::Step() {
       Status ps = drafter_->Prefill(s->slot, s->context);
       st.prompt_ms += MsSince(tp);
       if (!ps.ok()) FailDrafter(*s, ps);
+    } else {
+      s->rows_behind = static_cast<int>(s->prompt.size());
     }
     s->decode_start = Clock::now();
     if (!Emit(*s, first, TokenSource::kTarget)) Finish(*s, s->stop_reason);
@@ -440,9 +451,11 @@ Result<bool> BatchEngine::Step() {
     st.RecordStep(s->k, vr.num_accepted, s->draft.survival);
     const int proposed = static_cast<int>(s->draft.tokens.size());
     if (proposed > 0) {
-      s->scheduler->Observe(proposed, s->k, vr.num_accepted, s->draft_ms, s->draft.survival);
-      learned_->Observe(proposed, s->k, vr.num_accepted, s->draft_ms, s->draft.survival);
+      s->scheduler->Observe(proposed, s->k, vr.num_accepted, s->draft_ms, s->draft.survival, s->behind_at_draft);
+      learned_->Observe(proposed, s->k, vr.num_accepted, s->draft_ms, s->draft.survival, s->behind_at_draft);
     }
+    // A proposal (even one that came to nothing) brought the drafter up to date.
+    s->rows_behind = s->draft_ms > 0 ? 0 : s->rows_behind + static_cast<int>(vr.tokens.size());
     // Keep the anchor and the accepted draft tokens; drop the rejected rows.
     DSPARK_TRY(cache_.Truncate(s->slot, n_past + 1 + vr.num_accepted));
     if (s->use_drafter && !tap_layers_.empty()) {
@@ -450,6 +463,7 @@ Result<bool> BatchEngine::Step() {
       if (!ts.ok()) FailDrafter(*s, ts);
     }
     bool running = true;
+    committed += static_cast<int>(vr.tokens.size());
     for (size_t j = 0; j < vr.tokens.size() && running; ++j) {
       s->context.push_back(vr.tokens[j]);
       running = Emit(*s, vr.tokens[j], static_cast<int>(j) < vr.num_accepted ? TokenSource::kDraft : TokenSource::kTarget);
@@ -460,6 +474,7 @@ Result<bool> BatchEngine::Step() {
     }
     if (!running) Finish(*s, s->stop_reason);
   }
+  DSPARK_LOG_DEBUG("engine step: committed {} tokens in {:.2f} ms", committed, MsSince(step_start));
   return true;
 }
 

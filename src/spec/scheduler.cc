@@ -19,8 +19,14 @@ constexpr double kCalibrationDecay = 0.02;
 // The prior counts as this many observations: a drafter that misses from the start is dropped
 // after a few steps (a short request cannot afford ten), one that hits keeps its long drafts.
 constexpr double kPriorWeight = 2.0;
-// Probes back off (DraftScheduler::kFirstProbeRatio) up to this ratio of plain time to probe cost.
-constexpr double kMaxProbeRatio = 1024.0;
+// Steps over which the catch-up after a pause in drafting is amortised.
+constexpr double kCatchUpSteps = 4.0;
+// Expected rate with drafting over the plain rate below which the scheduler does not draft.
+constexpr double kDraftMargin = 1.03;
+// Probes back off (DraftScheduler::kFirstProbeRatio) up to this ratio of plain time to probe cost:
+// probing then costs under 1%, and a drafter that got unlucky for a while still gets re-measured
+// (estimates only move when drafts are verified).
+constexpr double kMaxProbeRatio = 128.0;
 }  // namespace
 
 CostModel::CostModel(const std::vector<double>& verify_ms) {
@@ -125,6 +131,16 @@ void DraftCostModel::Refit() {
 
 double DraftCostModel::Ms(int k) const { return k <= 0 ? 0.0 : fixed_ + per_token_ * k; }
 
+void DraftCostModel::ObserveCatchUp(int proposed, int behind_rows, double ms) {
+  if (proposed <= 0 || behind_rows <= 0) return;
+  // Per row as a ratio of decayed sums, not a mean of ratios: a few rows ride along in the
+  // proposal's first pass almost free, a long pause costs its rows, and the slope must come from
+  // the long ones.
+  excess_sum_ = (1 - kEma) * excess_sum_ + kEma * std::max(0.0, ms - Ms(proposed));
+  behind_sum_ = (1 - kEma) * behind_sum_ + kEma * behind_rows;
+  per_behind_row_ = excess_sum_ / behind_sum_;
+}
+
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, CostModel cost)
     : options_(options), own_cost_(std::move(cost)), accept_(std::max(options.n_max, 1), kPriorAcceptance),
       observed_(accept_.size(), 0), predicted_sum_(accept_.size(), 0.0), realised_sum_(accept_.size(), 0.0) {}
@@ -146,16 +162,22 @@ double DraftScheduler::ExpectedSurvival(int i) const {
   return i < static_cast<int>(accept_.size()) ? s : 0.0;
 }
 
-int DraftScheduler::BestLength(int cap, const SharedPass& pass) const {
+int DraftScheduler::BestLength(int cap, const SharedPass& pass, int behind_rows) const {
   // Cost mode drafts a whole block and lets Cut pick the verified prefix from the draft's survival;
   // here it only decides whether drafting pays at all, and the block costs the same whatever
   // prefix is verified.
   const bool whole_block = options_.mode == ScheduleMode::kCost;
   const std::vector<double> surv = MeasuredSurvival(cap);
+  // A catch-up is paid once, and drafting that pays then goes on for a while: it is charged to
+  // this step in part. Charged in full, a sequence that paused drafting could never resume; not at
+  // all, sequences that take turns drafting pay catch-ups the model does not see.
+  const double catch_up = draft_cost_.CatchUpMs(behind_rows) / kCatchUpSteps;
+  // Drafting must beat plain decoding by a margin: the estimates are noisy, and a draft that only
+  // breaks even on paper loses to the per-step work the model does not see.
   int best_k = 0;
-  double best = Rate(surv, 0, 0.0, pass);
+  double best = Rate(surv, 0, 0.0, pass) * kDraftMargin;
   for (int k = 1; k <= cap; ++k) {
-    const double r = Rate(surv, k, draft_cost_.Ms(whole_block ? cap : k), pass);
+    const double r = Rate(surv, k, draft_cost_.Ms(whole_block ? cap : k) + catch_up, pass);
     if (r > best) {
       best = r;
       best_k = k;
@@ -166,10 +188,10 @@ int DraftScheduler::BestLength(int cap, const SharedPass& pass) const {
 
 bool DraftScheduler::Pays(const SharedPass& pass) const { return BestLength(std::max(options_.n_max, 0), pass) > 0; }
 
-int DraftScheduler::Budget(int room, const SharedPass& pass) {
+int DraftScheduler::Budget(int room, const SharedPass& pass, int behind_rows) {
   const int cap = std::max(0, std::min(options_.n_max, room));
   if (!options_.adaptive) return cap;
-  const int best = BestLength(cap, pass);
+  const int best = BestLength(cap, pass, behind_rows);
   if (best > 0) {
     probe_credit_ = 0;
     probe_ratio_ = kFirstProbeRatio;
@@ -184,6 +206,8 @@ int DraftScheduler::Budget(int room, const SharedPass& pass) {
   if (probe_k <= 0) return 0;
   const int rows = pass.decode_rows + 1;
   probe_credit_ += DecodeShareMs(cost(), rows, pass.prompt_rows, 0) / rows;
+  // (The catch-up a probe pays is not part of its price: any later draft would pay it too, and
+  // counted here it would grow with the pause as fast as the credit does.)
   const double probe_ms = draft_cost_.Ms(probe_k) + DecodeShareMs(cost(), rows, pass.prompt_rows, probe_k) -
                           DecodeShareMs(cost(), rows, pass.prompt_rows, 0);
   if (probe_credit_ >= probe_ratio_ * probe_ms) {
@@ -264,8 +288,14 @@ std::vector<double> DraftScheduler::SurvivalOf(const Draft& draft, int k) const 
 }
 
 void DraftScheduler::Observe(int proposed, int verified, int accepted, double draft_ms,
-                             const std::vector<float>& survival) {
-  draft_cost_.Observe(proposed, draft_ms);
+                             const std::vector<float>& survival, int behind_rows) {
+  if (behind_rows > 0) {
+    draft_cost_.ObserveCatchUp(proposed, behind_rows, draft_ms);
+  } else {
+    draft_cost_.Observe(proposed, draft_ms);
+  }
+  // A draft verified in full is evidence that drafting works again: probe at the first rate.
+  if (verified > 0 && accepted == verified) probe_ratio_ = kFirstProbeRatio;
   // Slot i of a verified draft survived iff i < accepted.
   for (int i = 0; i < verified && i < static_cast<int>(survival.size()) && i < static_cast<int>(predicted_sum_.size());
        ++i) {

@@ -87,14 +87,20 @@ struct SharedPass {
 };
 
 // Milliseconds a drafter spends on a proposal of k tokens, learned online as a + b·k: a draft model
-// pays per token (one pass each), a block drafter (DSpark) per pass whatever k is, and both pay a
-// catch-up on the rows committed since the last call. Observations are exponentially weighted so
-// the model follows a machine whose load changes.
+// pays per token (one pass each), a block drafter (DSpark) per pass whatever k is. A sequence that
+// has not drafted for a while first catches up on the rows committed meanwhile (its drafter has
+// not seen them): that costs c per row on top, learnt from the proposals that came after a pause.
+// Observations are exponentially weighted so the model follows a machine whose load changes.
 class DraftCostModel {
  public:
+  // A proposal made in step (the sequence drafted the step before, or its prompt was ingested).
   void Observe(int proposed, double ms);
-  // Expected ms for a proposal of k >= 1 tokens (0 before any observation).
+  // A proposal that first caught up on `behind_rows` rows committed while the sequence did not draft.
+  void ObserveCatchUp(int proposed, int behind_rows, double ms);
+  // Expected ms for a proposal of k >= 1 tokens made in step (0 before any observation).
   double Ms(int k) const;
+  // Expected extra ms of catching up on `behind_rows` rows first.
+  double CatchUpMs(int behind_rows) const { return behind_rows > 0 ? per_behind_row_ * behind_rows : 0.0; }
   double fixed_ms() const { return fixed_; }
   double per_token_ms() const { return per_token_; }
 
@@ -102,6 +108,9 @@ class DraftCostModel {
   void Refit();
   double w_ = 0, sk_ = 0, skk_ = 0, sy_ = 0, sky_ = 0;  // decayed sums of 1, k, k², ms, k·ms
   double fixed_ = 0, per_token_ = 0;
+  // Decayed sums over catch-up proposals of the time beyond Ms(k) and of the rows caught up on.
+  double excess_sum_ = 0, behind_sum_ = 0;
+  double per_behind_row_ = 0;
 };
 
 class DraftScheduler {
@@ -115,8 +124,9 @@ class DraftScheduler {
   // asks for the whole cap unless drafting does not pay at all.
   // `pass`: what else shares the target pass. Under load a probe (a draft made although drafting
   // does not seem to pay, to re-measure acceptance) comes more rarely: it costs every sequence in
-  // the pass.
-  int Budget(int room, const SharedPass& pass = {});
+  // the pass. `behind_rows`: rows committed since the drafter last saw this sequence (0 when it
+  // drafted the step before); drafting now costs their catch-up too.
+  int Budget(int room, const SharedPass& pass = {}, int behind_rows = 0);
   // Whether drafting pays at all in such a pass (no probes, no state change). The engine asks the
   // engine-wide scheduler before paying for a drafter's prompt ingestion.
   bool Pays(const SharedPass& pass) const;
@@ -125,9 +135,11 @@ class DraftScheduler {
   // Feedback after a step: the drafter proposed `proposed` tokens in draft_ms, `verified` of them
   // were verified and `accepted` kept (verified = 0: nothing was verified, only the cost is learnt).
   // `survival`: the drafter's own estimates for this draft (empty if it has none); they are compared
-  // with what verification realised to recalibrate later estimates.
+  // with what verification realised to recalibrate later estimates. `behind_rows` as for Budget:
+  // the catch-up part of draft_ms is learnt apart from the steady per-proposal cost (mixing them
+  // made drafting look dearer the longer it paused, and paused it for good).
   void Observe(int proposed, int verified, int accepted, double draft_ms,
-               const std::vector<float>& survival = {});
+               const std::vector<float>& survival = {}, int behind_rows = 0);
 
   // Survival estimates of the first k slots of `draft`: the drafter's own (a confidence head),
   // rescaled per slot by realised / predicted survival so far (a head trained on other text or at
@@ -156,7 +168,7 @@ class DraftScheduler {
  private:
   const CostModel& cost() const { return shared_cost_ != nullptr ? *shared_cost_ : own_cost_; }
   // The draft length (up to cap) with the best expected rate; 0 if drafting does not pay.
-  int BestLength(int cap, const SharedPass& pass) const;
+  int BestLength(int cap, const SharedPass& pass, int behind_rows = 0) const;
 
   ScheduleOptions options_;
   CostModel own_cost_;

@@ -233,6 +233,85 @@ TEST_F(Lossless, ManySequencesInOneBatchEqualTheirSoloOutputs) {
   }
 }
 
+// A sequence whose prompt the draft model has not ingested (a busy server skips that) catches up
+// on its first proposal; with the target as its own draft the draft is the target's continuation.
+TEST_F(Lossless, DraftModelCatchesUpOnALongUnseenContext) {
+  std::vector<int32_t> context = {1};
+  for (int i = 0; i < 150; ++i) context.push_back(3 + (i * 37 + i / 7) % 280);
+  const auto want = ReferenceGreedy(*target_.model, pool_, context, 6, 256);
+  auto d = DraftModel(target_path_, 256);
+  ASSERT_TRUE(d->Begin(0).ok());
+  std::vector<int32_t> with_anchor = context;
+  with_anchor.push_back(want[0]);
+  DraftParams dp;
+  dp.budget = 5;
+  Rng rng(1);
+  auto draft = d->Propose(0, with_anchor, dp, rng);
+  ASSERT_TRUE(draft.ok()) << draft.status().message();
+  EXPECT_EQ(draft->tokens, std::vector<int32_t>(want.begin() + 1, want.end()));
+  // Forty more committed rows later (a pause), again.
+  for (int i = 0; i < 40; ++i) with_anchor.push_back(3 + (i * 11) % 280);
+  const auto want2 = ReferenceGreedy(*target_.model, pool_, with_anchor, 5, 256);
+  auto draft2 = d->Propose(0, with_anchor, dp, rng);
+  ASSERT_TRUE(draft2.ok());
+  EXPECT_EQ(draft2->tokens, want2);
+}
+
+// A server step drafts for all its sequences together (ProposeBatch: one forward pass per draft
+// step, catch-up rows shared). Every sequence's draft must be exactly what it gets alone, greedy
+// and sampled, over steps whose contexts grow by accepted tokens, bonus tokens and a long jump
+// (a sequence that has not drafted for a while catches up on its own).
+TEST_F(Lossless, DraftModelBatchedProposalsEqualProposalsOneAtATime) {
+  for (const bool sample : {false, true}) {
+    Loaded da = Load(other_path_), db = Load(other_path_);
+    auto alone = DraftModelDrafter::Create(std::move(da.model), *da.tok, *target_.tok, pool_, 256, 16, 4);
+    auto batched = DraftModelDrafter::Create(std::move(db.model), *db.tok, *target_.tok, pool_, 256, 16, 4);
+    ASSERT_TRUE(alone.ok() && batched.ok());
+    std::vector<std::vector<int32_t>> contexts;
+    for (int seq = 0; seq < 4; ++seq) {
+      contexts.push_back(Prompt(seq % 3));
+      contexts.back().push_back(5 + seq);  // the first sampled token
+      ASSERT_TRUE((*alone)->Begin(seq).ok() && (*batched)->Begin(seq).ok());
+    }
+    std::vector<Rng> alone_rng, batched_rng;
+    for (int seq = 0; seq < 4; ++seq) {
+      alone_rng.emplace_back(50 + seq);
+      batched_rng.emplace_back(50 + seq);
+    }
+    for (int round = 0; round < 4; ++round) {
+      std::vector<ProposeRequest> requests;
+      for (int seq = 0; seq < 4; ++seq) {
+        if (round == 1 && seq == 2) continue;  // this one skips a step
+        ProposeRequest r;
+        r.seq = seq;
+        r.context = contexts[seq];
+        r.params.budget = 1 + (seq + round) % 5;
+        if (sample) r.params.sampling.temperature = 0.8f;
+        r.rng = &batched_rng[seq];
+        requests.push_back(r);
+      }
+      std::vector<Result<Draft>> got = (*batched)->ProposeBatch(requests);
+      ASSERT_EQ(got.size(), requests.size());
+      for (size_t i = 0; i < requests.size(); ++i) {
+        const int seq = requests[i].seq;
+        auto want = (*alone)->Propose(seq, requests[i].context, requests[i].params, alone_rng[seq]);
+        ASSERT_TRUE(want.ok() && got[i].ok()) << got[i].status().message();
+        ASSERT_FALSE(want->tokens.empty());
+        EXPECT_EQ(got[i]->tokens, want->tokens) << "round " << round << " seq " << seq << " sample " << sample;
+        EXPECT_EQ(got[i]->probs, want->probs) << "round " << round << " seq " << seq;
+        EXPECT_EQ(got[i]->q, want->q) << "round " << round << " seq " << seq;
+        EXPECT_EQ(got[i]->forward_passes, want->forward_passes) << "round " << round << " seq " << seq;
+        // The next context: the first half of the draft accepted, then a bonus token.
+        std::vector<int32_t>& c = contexts[seq];
+        c.insert(c.end(), want->tokens.begin(), want->tokens.begin() + want->tokens.size() / 2);
+        c.push_back(3 + (round * 7 + seq) % 250);
+      }
+      if (round == 2)  // a long jump: more new rows than the shared first pass takes
+        for (int t = 0; t < 80; ++t) contexts[3].push_back(3 + (t * 13) % 250);
+    }
+  }
+}
+
 // A drafter that fails on its third proposal: the request must finish with plain decoding and
 // lose or duplicate no token.
 class FailingDrafter final : public Drafter {

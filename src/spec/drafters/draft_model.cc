@@ -71,50 +71,122 @@ Status DraftModelDrafter::Prefill(int seq, std::span<const int32_t> context) {
 
 Result<Draft> DraftModelDrafter::Propose(int seq, std::span<const int32_t> context, const DraftParams& params,
                                          Rng& rng) {
-  Draft d;
+  const ProposeRequest request{seq, context, params, &rng};
+  return std::move(ProposeBatch(std::span<const ProposeRequest>(&request, 1)).front());
+}
+
+namespace {
+// Catch-up rows beyond which a sequence syncs on its own, in prompt-sized chunks, rather than in
+// the shared first pass (a newcomer whose prompt the draft has not seen yet).
+constexpr size_t kMaxSharedCatchUp = 64;
+}  // namespace
+
+std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const ProposeRequest> requests) {
   const int n_vocab = model_->config().n_vocab;
-  const int n_ctx_tokens = static_cast<int>(context.size());
-  const int budget = std::min({params.budget, max_draft_, cache_.n_ctx() - n_ctx_tokens});
-  if (budget <= 0 || context.empty()) return d;
+  std::vector<Result<Draft>> results(requests.size(), Result<Draft>(Draft()));
+  struct Active {
+    size_t request;
+    int budget;
+    int logits_row;  // row of the last pass's logits that continues this draft
+  };
+  std::vector<Active> active;
+  Batch batch;
+  std::vector<std::vector<float>> own_logits(requests.size());  // sequences that caught up alone
 
-  // Reuse the longest common prefix (SyncCache), but run at least the last context token: its
-  // logits start the draft.
-  DSPARK_TRY(cache_.CheckSeq(seq));
-  std::vector<int32_t>& cached = cached_[seq];
-  if (cached.size() >= context.size()) cached.resize(context.size() - 1);
-  DSPARK_ASSIGN_OR_RETURN(std::vector<float> logits, SyncCache(seq, context, context.size(), &d.forward_passes));
+  // 1. Bring every cache to its context, running at least the last context token (its logits start
+  // the draft). Short catch-ups share one pass.
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const ProposeRequest& r = requests[i];
+    const int n_ctx_tokens = static_cast<int>(r.context.size());
+    const int budget = std::min({r.params.budget, max_draft_, cache_.n_ctx() - n_ctx_tokens});
+    if (budget <= 0 || r.context.empty()) continue;
+    if (Status s = cache_.CheckSeq(r.seq); !s.ok()) {
+      results[i] = s;
+      continue;
+    }
+    std::vector<int32_t>& cached = cached_[r.seq];
+    if (cached.size() >= r.context.size()) cached.resize(r.context.size() - 1);
+    size_t keep = 0;
+    while (keep < cached.size() && cached[keep] == r.context[keep]) ++keep;
+    if (r.context.size() - keep > kMaxSharedCatchUp) {
+      Draft& d = *results[i];
+      auto logits = SyncCache(r.seq, r.context, r.context.size(), &d.forward_passes);
+      if (!logits.ok()) {
+        results[i] = logits.status();
+        continue;
+      }
+      own_logits[i] = std::move(*logits);
+      active.push_back({i, budget, -1});
+      continue;
+    }
+    if (Status s = cache_.Truncate(r.seq, static_cast<int>(keep)); !s.ok()) {
+      results[i] = s;
+      continue;
+    }
+    cached.resize(keep);
+    for (size_t t = keep; t < r.context.size(); ++t) {
+      batch.Add(r.context[t], static_cast<int>(t), r.seq, t + 1 == r.context.size());
+      cached.push_back(r.context[t]);
+    }
+    active.push_back({i, budget, 0});
+  }
 
+  // 2. Draft step by step; each pass holds one row per sequence still drafting.
   std::vector<float> q;
   // Confidence uses the draft's untempered distribution, as llama.cpp's p_min does.
-  SamplingParams conf_params;
-  conf_params.temperature = 1.0f;
-  for (int i = 0; i < budget; ++i) {
-    int32_t tok;
-    float prob;
-    if (params.sampling.greedy()) {
-      tok = Argmax(logits.data(), n_vocab);
-      float mx = logits[tok];
-      double z = 0;
-      for (int v = 0; v < n_vocab; ++v) z += std::exp(logits[v] - mx);
-      prob = static_cast<float>(1.0 / z);
-    } else {
-      ComputeProbs(logits.data(), n_vocab, params.sampling, &q);
-      tok = SampleFromWeights(q, rng);
-      prob = q[tok];
+  for (int step = 0; !active.empty(); ++step) {
+    ForwardOutput out;
+    if (batch.size() > 0) {
+      auto pass = model_->Forward(batch, cache_, pool_);
+      if (!pass.ok()) {
+        // The rows of this pass never reached the cache: forget what it was to hold.
+        for (const Active& a : active) {
+          results[a.request] = pass.status();
+          cached_[requests[a.request].seq].clear();
+          cache_.Clear(requests[a.request].seq);
+        }
+        return results;
+      }
+      out = std::move(*pass);
+      for (const Active& a : active)
+        if (a.logits_row >= 0) ++results[a.request]->forward_passes;
     }
-    if (params.p_min > 0 && prob < params.p_min) break;
-    d.tokens.push_back(tok);
-    if (!params.sampling.greedy()) d.q.push_back(q);
-    d.probs.push_back(prob);
-    if (i + 1 == budget) break;
-    Batch b;
-    b.Add(tok, n_ctx_tokens + i, seq, true);
-    DSPARK_ASSIGN_OR_RETURN(ForwardOutput out, model_->Forward(b, cache_, pool_));
-    ++d.forward_passes;
-    cached.push_back(tok);
-    logits = std::move(out.logits);
+    // Logits rows come in batch order, one per sequence that ran a row.
+    int next_row = 0;
+    for (Active& a : active) {
+      if (a.logits_row >= 0) a.logits_row = next_row++;
+    }
+    batch.Clear();
+    std::vector<Active> still;
+    for (Active& a : active) {
+      const ProposeRequest& r = requests[a.request];
+      Draft& d = *results[a.request];
+      const float* logits = a.logits_row >= 0 ? out.Logits(a.logits_row, n_vocab) : own_logits[a.request].data();
+      int32_t tok;
+      float prob;
+      if (r.params.sampling.greedy()) {
+        tok = Argmax(logits, n_vocab);
+        const float mx = logits[tok];
+        double z = 0;
+        for (int v = 0; v < n_vocab; ++v) z += std::exp(logits[v] - mx);
+        prob = static_cast<float>(1.0 / z);
+      } else {
+        ComputeProbs(logits, n_vocab, r.params.sampling, &q);
+        tok = SampleFromWeights(q, *r.rng);
+        prob = q[tok];
+      }
+      if (r.params.p_min > 0 && prob < r.params.p_min) continue;
+      d.tokens.push_back(tok);
+      if (!r.params.sampling.greedy()) d.q.push_back(q);
+      d.probs.push_back(prob);
+      if (static_cast<int>(d.tokens.size()) == a.budget) continue;
+      batch.Add(tok, static_cast<int>(r.context.size()) + step, r.seq, true);
+      cached_[r.seq].push_back(tok);
+      still.push_back({a.request, a.budget, 0});
+    }
+    active.swap(still);
   }
-  return d;
+  return results;
 }
 
 }  // namespace dspark

@@ -2,6 +2,8 @@
 // the longest prefix it shares with the context, so accepted tokens are never recomputed and
 // rejected ones are rolled back by truncation. At temperature > 0 each token is sampled from the
 // draft's distribution q (after the target's transforms) so rejection sampling keeps the most.
+// ProposeBatch drafts for many sequences together: each draft step is one forward pass holding
+// one row per drafting sequence (and the catch-up rows of all of them in the first).
 #pragma once
 
 #include <memory>
@@ -23,6 +25,7 @@ class DraftModelDrafter final : public Drafter {
   Status Begin(int seq) override;
   Status Prefill(int seq, std::span<const int32_t> context) override;
   Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override;
+  std::vector<Result<Draft>> ProposeBatch(std::span<const ProposeRequest> requests) override;
 
  private:
   // Brings the draft cache of `seq` to context[0..upto): keeps the longest common prefix, runs the
