@@ -207,6 +207,25 @@ TEST(Scheduler, ADropInLoadDoesNotReleaseEveryProbeAtOnce) {
   EXPECT_LE(alone, 3);
 }
 
+TEST(Scheduler, CatchUpAfterAPauseIsLearntApartFromTheDraftingCost) {
+  ScheduleOptions o;
+  o.n_max = 4;
+  o.adaptive = true;
+  DraftScheduler s(o, CostModel({1, 1.05, 1.1, 1.15, 1.2}));
+  // In step: 0.1 ms per drafted token, the first three tokens accepted. After pauses: 0.02 ms per
+  // row caught up on.
+  for (int i = 0; i < 30; ++i) {
+    s.Observe(4, 4, 3, 0.4);
+    s.Observe(4, 4, 3, 0.4 + 0.02 * 50, {}, 50);
+  }
+  EXPECT_NEAR(s.draft_cost().Ms(4), 0.4, 1e-6);  // the catch-ups did not leak into the steady cost
+  EXPECT_NEAR(s.draft_cost().CatchUpMs(50), 1.0, 1e-6);
+  EXPECT_EQ(s.Budget(100), 3);
+  // A short pause is worth resuming after; a catch-up of thousands of rows is not (even amortised).
+  EXPECT_GT(s.Budget(100, SharedPass{}, 20), 0);
+  EXPECT_FALSE(s.Pays(SharedPass{}) && s.Budget(100, SharedPass{}, 5000) > 0);
+}
+
 TEST(Scheduler, ConfidenceIsRecalibratedByRealisedSurvival) {
   ScheduleOptions o;
   o.n_max = 4;

@@ -86,13 +86,20 @@ class Stats:
 
     def report(self, with_conf=False):
         r = {"tau": round(self.committed / max(1, self.steps), 3), "steps": self.steps,
-             "accept_rate_per_position": [round(x, 3) for x in self.accepted / np.maximum(1, self.reached)]}
+             "accept_rate_per_position": [round(x, 3) for x in self.accepted / np.maximum(1, self.reached)],
+             "reached_per_position": [int(x) for x in self.reached]}
         if with_conf:
             pred = self.conf_sum / np.maximum(1, self.reached)
             real = self.accepted / np.maximum(1, self.reached)
+            err = np.abs(pred - real)
+            seen = self.reached > 0
             r["confidence_pred_per_position"] = [round(x, 3) for x in pred]
-            r["confidence_abs_err_per_position"] = [round(x, 3) for x in np.abs(pred - real)]
-            r["confidence_mean_abs_err"] = round(float(np.abs(pred - real)[self.reached > 0].mean()), 3)
+            r["confidence_abs_err_per_position"] = [round(x, 3) for x in err]
+            # The bar's reading: every position that was reached counts the same. Deep positions are
+            # reached rarely, so their error is mostly sampling noise; the weighted mean (by drafts
+            # that reached the position) says how far the head is off per verified slot.
+            r["confidence_mean_abs_err"] = round(float(err[seen].mean()), 3)
+            r["confidence_weighted_abs_err"] = round(float((err * self.reached)[seen].sum() / self.reached[seen].sum()), 3)
         return r
 
 

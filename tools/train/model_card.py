@@ -102,10 +102,16 @@ Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
                        f"Greedy, {ev['split']} split, {ev['n_prompts']} prompts of {ev['prompt_len']} tokens, "
                        f"{ev['gen_len']} target tokens each, {length}: **τ = {ev['tau']:.2f}** over {ev['steps']} steps; "
                        f"acceptance per position {', '.join(f'{x:.2f}' for x in ev['accept_rate_per_position'])}.")
+            if "reached_per_position" in ev:
+                out.append(f" Drafts reaching each position: {', '.join(str(x) for x in ev['reached_per_position'])}.")
             if "confidence_mean_abs_err" in ev:
                 out.append(f" Confidence head: mean predicted acceptance per position "
                            f"{', '.join(f'{x:.2f}' for x in ev['confidence_pred_per_position'])}; mean |predicted − "
-                           f"realised| {ev['confidence_mean_abs_err']:.3f}.")
+                           f"realised| over positions {ev['confidence_mean_abs_err']:.3f}")
+                if "confidence_weighted_abs_err" in ev:
+                    out.append(f", weighted by the drafts reaching each position "
+                               f"{ev['confidence_weighted_abs_err']:.3f}")
+                out.append(".")
             out.append("\n")
     out.append("""
 ## Reproduce
