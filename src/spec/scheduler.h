@@ -17,7 +17,8 @@ enum class ScheduleMode {
   kCost,  // per step, the k maximising (1 + a_1 + ... + a_k) / t_verify(k + 1), with a_i the
           // draft's predicted survival (confidence head or draft probabilities) and t_verify the
           // profiled cost model; applied after the cut. The engine profiles the cost model when
-          // `adaptive` is set, so cost mode sets it too (Budget then asks for the whole cap).
+          // `adaptive` is set, so cost mode sets it too (Budget then asks for one token more than
+          // the length that pays on average, and Cut trims each draft by its own survival).
 };
 
 struct ScheduleOptions {
@@ -121,7 +122,7 @@ class DraftScheduler {
 
   // Tokens to ask the drafter for this step (0: skip drafting), given room left in the context.
   // Adaptive: the length with the best expected tokens per ms, drafting cost included; cost mode
-  // asks for the whole cap unless drafting does not pay at all.
+  // asks for one token more (Cut then trims by the draft's own survival estimates).
   // `pass`: what else shares the target pass. Under load a probe (a draft made although drafting
   // does not seem to pay, to re-measure acceptance) comes more rarely: it costs every sequence in
   // the pass. `behind_rows`: rows committed since the drafter last saw this sequence (0 when it

@@ -118,23 +118,25 @@ TEST(Scheduler, AdaptiveSkipsDraftingWhenTheDrafterCostsMoreThanItSaves) {
   EXPECT_EQ(cheap.Budget(100), 4);
 }
 
-TEST(Scheduler, CostModeAsksForTheWholeBlockOnlyWhileDraftingPays) {
+TEST(Scheduler, CostModeAsksForOneMoreThanThePayingLengthOnlyWhileDraftingPays) {
   ScheduleOptions o;
   o.n_max = 8;
   o.mode = ScheduleMode::kCost;
   o.adaptive = true;
   const CostModel verify({1, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8});
-  // A block drafter whose pass costs 0.3 decode steps and whose first tokens survive: draft it all.
+  // A drafter whose first two tokens always survive and third never, at 0.05 ms per drafted row:
+  // two tokens pay on average; cost mode asks for three, for Cut to trim by each draft's survival.
   DraftScheduler good(o, verify);
-  for (int i = 0; i < 30; ++i) good.Observe(8, 3, 3, 0.3);
-  EXPECT_EQ(good.Budget(100), 8);
-  // The same pass at 3 decode steps, with the first token rejected half the time: plain decoding.
+  for (int i = 0; i < 30; ++i) good.Observe(4, 3, 2, 0.2);
+  EXPECT_EQ(good.Budget(100), 3);
+  EXPECT_EQ(good.Budget(2), 2);  // never past the room left
+  // A pass at 3 decode steps, with the first token rejected half the time: plain decoding.
   DraftScheduler bad(o, verify);
-  for (int i = 0; i < 30; ++i) bad.Observe(8, 2, i % 2, 3.0);
+  for (int i = 0; i < 30; ++i) bad.Observe(2, 2, i % 2, 3.0);
   int drafted_steps = 0;
   for (int i = 0; i < 64; ++i) {
     const int b = bad.Budget(100);
-    EXPECT_TRUE(b == 0 || b == 8) << b;  // a probe still drafts a whole block
+    EXPECT_TRUE(b == 0 || b == 2) << b;  // a probe drafts two tokens
     drafted_steps += b > 0;
   }
   EXPECT_LE(drafted_steps, 8);

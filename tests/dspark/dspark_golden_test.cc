@@ -78,6 +78,7 @@ void CheckCases(const std::string& target_path, const std::function<std::string(
     DrafterConfig cfg;
     cfg.type = "draft-dspark";
     cfg.draft_model = draft_path(c);
+    cfg.dspark_full_block = true;  // the reference runs the whole trained block, as llama.cpp does
     auto d = CreateDrafter(cfg, **target, **tok, pool_, 128);
     ASSERT_TRUE(d.ok()) << d.status().message();
     auto* ds = static_cast<DSparkDrafter*>(d->get());

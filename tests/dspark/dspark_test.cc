@@ -320,8 +320,10 @@ TEST(DSparkSchedule, CostModeVerifiesThePrefixMaximisingTokensPerMs) {
   std::vector<double> ms;
   for (int r = 1; r <= 9; ++r) ms.push_back(10.0 + r);
   DraftScheduler s(so, CostModel(ms));
-  EXPECT_EQ(s.Budget(100), 8);  // cost mode drafts the whole cap
-  Draft d;
+  // Before any observation (prior acceptance 0.7, free drafting) 4 tokens pay best; cost mode
+  // drafts one more for Cut to choose from.
+  EXPECT_EQ(s.Budget(100), 5);
+  Draft d;  // (Cut takes whatever draft it is given)
   d.tokens = {1, 2, 3, 4, 5, 6, 7, 8};
   d.survival = {0.9f, 0.8f, 0.7f, 0.2f, 0.05f, 0.01f, 0.005f, 0.001f};
   int best = 0;

@@ -164,13 +164,16 @@ void DflashForward::RunBlocks(std::span<const DflashJob> jobs, ThreadPool& pool)
   }
   const int group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  // Causal blocks: row i sees the context and block rows 0..i (rows of one block, any length).
-  int longest = 0;
-  for (const DflashJob& job : jobs) longest = std::max(longest, static_cast<int>(job.block.size()));
+  // Causal blocks: row i sees the context and block rows 0..i.
   if (c.causal) {
-    causal_.assign(static_cast<size_t>(longest) * longest, 0);
-    for (int i = 0; i < longest; ++i)
-      for (int j = 0; j <= i; ++j) causal_[static_cast<size_t>(i) * longest + j] = 1;
+    for (const DflashJob& job : jobs) {
+      const size_t n = job.block.size();
+      if (causal_.size() <= n) causal_.resize(n + 1);
+      if (causal_[n].size() == n * n) continue;
+      causal_[n].assign(n * n, 0);
+      for (size_t i = 0; i < n; ++i)
+        for (size_t j = 0; j <= i; ++j) causal_[n][i * n + j] = 1;
+    }
   }
   // Rows per attention task: ~16 query heads share each key tile load (as in Model::Forward).
   // Tasks: (job, K/V head, unit of that job's block rows).
@@ -220,7 +223,7 @@ void DflashForward::RunBlocks(std::span<const DflashJob> jobs, ThreadPool& pool)
       ops::Attention(q_.data() + r0 * c.q_dim() + head0 * c.head_dim, c.q_dim(), t.nr * group, group, c.head_dim,
                      c.head_dim, cache.type(), cache.KTiles(il, 0, kvh), cache.V(il, 0, kvh, 0), c.head_dim, n_all,
                      c.causal ? n_cells : n_all,
-                     c.causal ? causal_.data() + static_cast<size_t>(t.r0) * longest : nullptr, scale,
+                     c.causal ? causal_[n_blk].data() + static_cast<size_t>(t.r0) * n_blk : nullptr, scale,
                      L.attn_sinks.empty() ? nullptr : L.attn_sinks.data() + head0, scratch.data(),
                      att_.data() + r0 * c.q_dim() + head0 * c.head_dim, c.q_dim());
     });

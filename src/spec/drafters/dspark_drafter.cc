@@ -11,14 +11,15 @@ constexpr int kMaxPendingRows = 512;
 }  // namespace
 
 Result<std::unique_ptr<DSparkDrafter>> DSparkDrafter::Create(std::unique_ptr<DflashModel> model, BlockDraftKind kind,
-                                                             ThreadPool& pool, int n_ctx) {
+                                                             ThreadPool& pool, int n_ctx, bool full_block) {
   if (model == nullptr) return InvalidArgument("spec: no dflash model");
   if (n_ctx < 1) return InvalidArgument("spec: context size {} must be positive", n_ctx);
-  return std::unique_ptr<DSparkDrafter>(new DSparkDrafter(std::move(model), kind, pool, n_ctx));
+  return std::unique_ptr<DSparkDrafter>(new DSparkDrafter(std::move(model), kind, pool, n_ctx, full_block));
 }
 
-DSparkDrafter::DSparkDrafter(std::unique_ptr<DflashModel> model, BlockDraftKind kind, ThreadPool& pool, int n_ctx)
-    : model_(std::move(model)), forward_(*model_), kind_(kind), pool_(pool), n_ctx_(n_ctx) {}
+DSparkDrafter::DSparkDrafter(std::unique_ptr<DflashModel> model, BlockDraftKind kind, ThreadPool& pool, int n_ctx,
+                             bool full_block)
+    : model_(std::move(model)), forward_(*model_), kind_(kind), pool_(pool), n_ctx_(n_ctx), full_block_(full_block) {}
 
 DrafterNeeds DSparkDrafter::Needs() const {
   DrafterNeeds n;
@@ -114,7 +115,14 @@ std::vector<Result<Draft>> DSparkDrafter::ProposeBatch(std::span<const ProposeRe
                                    n, have);
       continue;
     }
-    std::vector<int32_t> block(c.block_size, c.mask_token_id);
+    // Only the block rows the budget needs (unless full_block_). In a causal block that changes
+    // nothing. In a bidirectional one a row's K/V feed the others' attention, but the trailing
+    // MASK rows carry nothing but their positions: dropping them left per-slot acceptance of the
+    // bundled drafter unchanged (eval_drafters.py, 12 prompts: 0.42/0.44/0.43 with 4 rows vs
+    // 0.40/0.44/0.39 with 8), at a fraction of the cost.
+    const int rows = full_block_ ? c.block_size
+                                 : std::min(c.block_size, std::min(r.params.budget, c.max_drafts()) + FirstDraftSlot(c));
+    std::vector<int32_t> block(rows, c.mask_token_id);
     block[0] = r.context.back();
     const DflashJob job{st.ctx.get(), st.pending.data(), st.pending_rows, {}, n, &st.block};
     DflashJob checked = job;

@@ -23,8 +23,10 @@ class DSparkDrafter final : public Drafter {
  public:
   // n_ctx: the target's context size. The drafter owns the draft model, which may point into the
   // target's embedding and LM head: the target must outlive the drafter.
+  // full_block: run every row of the trained block each step (llama.cpp's behaviour, and what the
+  // golden references compute) rather than only the rows the budget needs.
   static Result<std::unique_ptr<DSparkDrafter>> Create(std::unique_ptr<DflashModel> model, BlockDraftKind kind,
-                                                       ThreadPool& pool, int n_ctx);
+                                                       ThreadPool& pool, int n_ctx, bool full_block = false);
 
   std::string_view Name() const override { return kind_ == BlockDraftKind::kDSpark ? "dspark" : "dflash"; }
   DrafterNeeds Needs() const override;
@@ -51,7 +53,7 @@ class DSparkDrafter final : public Drafter {
     ChainResult chain;
   };
 
-  DSparkDrafter(std::unique_ptr<DflashModel> model, BlockDraftKind kind, ThreadPool& pool, int n_ctx);
+  DSparkDrafter(std::unique_ptr<DflashModel> model, BlockDraftKind kind, ThreadPool& pool, int n_ctx, bool full_block);
   SeqState& State(int seq);
   Status Flush(SeqState& st);
 
@@ -60,6 +62,7 @@ class DSparkDrafter final : public Drafter {
   BlockDraftKind kind_;
   ThreadPool& pool_;
   int n_ctx_;
+  bool full_block_;
   bool keep_logits_ = false;
   std::map<int, SeqState> seqs_;
 };

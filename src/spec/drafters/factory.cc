@@ -41,7 +41,8 @@ Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, cons
     o.need_confidence = o.kind == BlockDraftKind::kDSpark && config.p_min > 0;
     o.repack = config.repack;
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DflashModel> m, DflashModel::Load(config.draft_model, target, target_vocab, o));
-    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DSparkDrafter> d, DSparkDrafter::Create(std::move(m), o.kind, pool, n_ctx));
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DSparkDrafter> d, DSparkDrafter::Create(std::move(m), o.kind, pool, n_ctx,
+                                                                                    config.dspark_full_block));
     return std::unique_ptr<Drafter>(std::move(d));
   }
   std::string known;

@@ -22,6 +22,9 @@ struct DrafterConfig {
   double synthetic_accept = 0.8;
   std::vector<int32_t> synthetic_reference;  // prompt + the target's plain output
   bool repack = true;          // pack draft weights for this CPU's kernels (ModelOptions::repack)
+  // draft-dspark/draft-dflash: run the whole trained block every step (llama.cpp's behaviour)
+  // instead of only the rows the step's budget needs.
+  bool dspark_full_block = false;
 };
 
 std::vector<std::string> DrafterTypes();
