@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Speculation on the bundled pair, as reported in the README (Performance): the DSpark drafter
 # (fixed n-max grid and the cost schedule), sampling at T = 0.8, the draft model, and the serving
-# frontier. Run on a quiet machine; results go to $OUT (default bench-out/).
+# frontiers of both drafters. Run on a quiet machine; results go to $OUT (default bench-out/).
 #   bench/spec-bundled.sh [OUT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,8 +12,10 @@ T=models/ref-target.gguf
 mkdir -p "$OUT"
 common=(-m "$T" -t 2 --prompts "$P" -n 128 --max-prompts 20)
 $B bench --spec "${common[@]}" --spec-type draft-dspark -md models/ref-dspark.gguf --sweep n-max=2,3,4,6,8 -r 3 -o "$OUT/dspark-cut"
-$B bench --spec "${common[@]}" --spec-type draft-dspark -md models/ref-dspark.gguf --sweep cost=1 --sweep n-max=4,8 -r 3 -o "$OUT/dspark-cost"
+$B bench --spec "${common[@]}" --spec-type draft-dspark -md models/ref-dspark.gguf --sweep cost=1 --sweep n-max=3,8 -r 3 -o "$OUT/dspark-cost"
 $B bench --spec "${common[@]}" --spec-type draft-dspark -md models/ref-dspark.gguf --sweep n-max=8 --temp 0.8 -s 7 -r 1 -o "$OUT/dspark-t08"
-$B bench --spec "${common[@]}" --spec-type draft-simple -md models/ref-draft.gguf --sweep n-max=3,5 --sweep adaptive=0,1 -r 3 -o "$OUT/draft"
+$B bench --spec "${common[@]}" --spec-type draft-simple -md models/ref-draft.gguf --sweep n-max=2,3,5 --sweep adaptive=0,1 -r 3 -o "$OUT/draft"
 $B bench --serve start --serve-args "-m $T --spec-type draft-dspark -md models/ref-dspark.gguf --parallel 32" \
     --serve-concurrency 1 2 4 8 16 32 --serve-out "$OUT/serve-dspark"
+$B bench --serve start --serve-args "-m $T --spec-type draft-simple -md models/ref-draft.gguf --spec-adaptive --spec-draft-n-max 3 --parallel 32" \
+    --serve-concurrency 1 2 4 8 16 32 --serve-out "$OUT/serve-draft"

@@ -12,7 +12,7 @@ mkdir -p "$TD"
 if [ -f "$TD/pipeline.pid" ] && kill -0 "$(cat "$TD/pipeline.pid")" 2>/dev/null; then
   echo "already running: pid $(cat "$TD/pipeline.pid"); log $TD/pipeline.log"; exit 0
 fi
-if [ $# -eq 0 ]; then set -- target-wait export-target draft dspark eval; fi
+if [ $# -eq 0 ]; then set -- target-wait export-target target-data draft dspark eval; fi
 # setsid: the pipeline leads its own process group, so one kill reaches the running trainer too.
 setsid nohup tools/train/pipeline.sh "$@" >> "$TD/pipeline.log" 2>&1 < /dev/null &
 echo $! > "$TD/pipeline.pid"

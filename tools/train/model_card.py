@@ -124,7 +124,7 @@ tools/train/install-deps.sh
 tools/train/launch_target.sh                              # background, resumable (hours on CPU)
 /usr/bin/python3 tools/train/export_target.py             # models/ref-target.gguf + .json
 /usr/bin/python3 tools/train/model_card.py                # this file
-tools/train/launch_pipeline.sh draft dspark eval          # draft model, DSpark drafter, offline tau (background)
+tools/train/launch_pipeline.sh target-data draft dspark eval  # target data, draft model, DSpark drafter, offline tau (background)
 /usr/bin/python3 tools/train/export_golden.py --dspark models/ref-dspark.gguf   # goldens of both
 ```
 """)

@@ -4,8 +4,9 @@
 #   tools/train/pipeline.sh target            start/resume the target in the background
 #   tools/train/pipeline.sh target-wait       wait for a background target run, then finish it here
 #   tools/train/pipeline.sh export-target     models/ref-target.gguf + golden outputs + model card
-#   tools/train/pipeline.sh draft             distil and export the draft model (foreground)
-#   tools/train/pipeline.sh dspark            target-generated data, DSpark drafter, export (foreground)
+#   tools/train/pipeline.sh target-data       the target's own continuations (if missing)
+#   tools/train/pipeline.sh draft             distil the draft model (corpus, then target data), export
+#   tools/train/pipeline.sh dspark            DSpark drafter on the target data, export (foreground)
 #   tools/train/pipeline.sh eval              offline tau of both drafters
 #   tools/train/pipeline.sh test              unit tests of the toolkit
 set -euo pipefail
@@ -33,16 +34,21 @@ for stage in "$@"; do
       $PY $T/llama_spm.py models/ref-target.gguf val
       $PY $T/export_golden.py
       $PY $T/model_card.py ;;
+    target-data)
+      [ -f "$TD/target-gen/meta.json" ] || nice -n 19 $PY $T/gen_target_data.py ;;
     draft)
       nice -n 19 $PY $T/train_draft.py --resume
-      $PY $T/export_draft.py
+      nice -n 19 $PY $T/train_draft.py --init "$TD/draft/ckpt.pt" --out "$TD/draft-gen" --data "$TD/target-gen" \
+        --lr 1e-3 --total-tokens 8e6 --resume
+      $PY $T/export_draft.py --ckpt "$TD/draft-gen/ckpt.pt"
       $PY $T/model_card.py ;;
     dspark)
-      nice -n 19 $PY $T/gen_target_data.py
       nice -n 19 $PY $T/train_dspark.py --data "$TD/target-gen" --resume
       $PY $T/export_dspark.py
       $PY $T/model_card.py ;;
-    eval) $PY $T/eval_drafters.py --draft models/ref-draft.gguf --dspark models/ref-dspark.gguf ;;
+    eval)
+      $PY $T/eval_drafters.py --draft models/ref-draft.gguf --dspark models/ref-dspark.gguf --n-prompts 64
+      $PY $T/model_card.py ;;
     test) $PY -m unittest discover -s $T/tests -t $T ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
