@@ -13,7 +13,12 @@ void SetLogLevel(LogLevel level);
 
 }  // namespace dspark
 
-#define DSPARK_LOG_DEBUG(...) ::spdlog::debug(__VA_ARGS__)
+// Debug lines sit on hot paths (one per engine step): their arguments are evaluated only when
+// debug logging is on.
+#define DSPARK_LOG_DEBUG(...)                                                         \
+  do {                                                                               \
+    if (::spdlog::should_log(::spdlog::level::debug)) ::spdlog::debug(__VA_ARGS__); \
+  } while (0)
 #define DSPARK_LOG_INFO(...) ::spdlog::info(__VA_ARGS__)
 #define DSPARK_LOG_WARN(...) ::spdlog::warn(__VA_ARGS__)
 #define DSPARK_LOG_ERROR(...) ::spdlog::error(__VA_ARGS__)
