@@ -383,12 +383,13 @@ Result<bool> BatchEngine::Step() {
   // rows skip the LM head and would skew it).
   if (prefilling.empty() || prefill_budget == options_.prefill_chunk) cost_.Observe(batch.size(), pass_ms);
 
-  DSPARK_LOG_DEBUG("engine step: {} decoding ({} drafting, {} draft rows), {} prompt rows, pass {} rows {:.2f} ms, "
-                   "drafting {:.2f} ms",
+  DSPARK_LOG_DEBUG("engine step: {} decoding ({} drafting, {} draft rows), {} prompt rows, pass {} rows {:.2f} ms "
+                   "(model {:.2f}), drafting {:.2f} ms",
                    decoding.size(),
                    std::count_if(decoding.begin(), decoding.end(), [](const Sequence* s) { return s->k > 0; }),
                    batch.size() - static_cast<int>(decoding.size()) - (options_.prefill_chunk - prefill_budget),
-                   options_.prefill_chunk - prefill_budget, batch.size(), pass_ms, step_draft_ms);
+                   options_.prefill_chunk - prefill_budget, batch.size(), pass_ms,
+                   cost_.empty() ? 0.0 : cost_.VerifyMs(batch.size()), step_draft_ms);
 
   // Logits rows come out in batch order; map batch row -> logits row.
   std::vector<int> logit_index(batch.size(), -1);

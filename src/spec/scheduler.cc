@@ -19,14 +19,12 @@ constexpr double kCalibrationDecay = 0.02;
 // The prior counts as this many observations: a drafter that misses from the start is dropped
 // after a few steps (a short request cannot afford ten), one that hits keeps its long drafts.
 constexpr double kPriorWeight = 2.0;
-// Steps over which the catch-up after a pause in drafting is amortised.
-constexpr double kCatchUpSteps = 4.0;
 // Expected rate with drafting over the plain rate below which the scheduler does not draft.
 constexpr double kDraftMargin = 1.03;
 // Probes back off (DraftScheduler::kFirstProbeRatio) up to this ratio of plain time to probe cost:
 // probing then costs under 1%, and a drafter that got unlucky for a while still gets re-measured
 // (estimates only move when drafts are verified).
-constexpr double kMaxProbeRatio = 128.0;
+constexpr double kMaxProbeRatio = 256.0;
 }  // namespace
 
 CostModel::CostModel(const std::vector<double>& verify_ms) {
@@ -164,10 +162,11 @@ double DraftScheduler::ExpectedSurvival(int i) const {
 
 int DraftScheduler::BestLength(int cap, const SharedPass& pass, int behind_rows) const {
   const std::vector<double> surv = MeasuredSurvival(cap);
-  // A catch-up is paid once, and drafting that pays then goes on for a while: it is charged to
-  // this step in part. Charged in full, a sequence that paused drafting could never resume; not at
-  // all, sequences that take turns drafting pay catch-ups the model does not see.
-  const double catch_up = draft_cost_.CatchUpMs(behind_rows) / kCatchUpSteps;
+  // Resuming after a pause pays the catch-up now, in full: in a busy batch a sequence that resumes
+  // often drafts once and pauses again, so amortising it over later steps (tried: over 4) kept
+  // such sequences drafting at a loss (concurrency 2: 0.93x). Probes, priced without it, are what
+  // bring a paused sequence back in step.
+  const double catch_up = draft_cost_.CatchUpMs(behind_rows);
   // Drafting must beat plain decoding by a margin: the estimates are noisy, and a draft that only
   // breaks even on paper loses to the per-step work the model does not see.
   int best_k = 0;
@@ -206,11 +205,11 @@ int DraftScheduler::Budget(int room, const SharedPass& pass, int behind_rows) {
   if (probe_k <= 0) return 0;
   const int rows = pass.decode_rows + 1;
   probe_credit_ += DecodeShareMs(cost(), rows, pass.prompt_rows, 0) / rows;
-  // (The catch-up a probe pays is not part of its price: any later draft would pay it too, and
-  // counted here it would grow with the pause as fast as the credit does.)
+  // The catch-up a probe pays is added to the credit it needs, not multiplied by the ratio: it
+  // grows with the pause, and multiplied it would grow as fast as the credit does.
   const double probe_ms = draft_cost_.Ms(probe_k) + DecodeShareMs(cost(), rows, pass.prompt_rows, probe_k) -
                           DecodeShareMs(cost(), rows, pass.prompt_rows, 0);
-  if (probe_credit_ >= probe_ratio_ * probe_ms) {
+  if (probe_credit_ >= probe_ratio_ * probe_ms + draft_cost_.CatchUpMs(behind_rows)) {
     probe_credit_ = 0;
     probe_ratio_ = std::min(probe_ratio_ * 2, kMaxProbeRatio);
     return probe_k;

@@ -184,7 +184,7 @@ class DraftScheduler {
   // the current batch size) keeps a drop in load from releasing every sequence's probe at once.
   // The first probe is due after 32 times its cost in plain decoding (probing costs at most ~3% of
   // the time); each probe that does not pay doubles the ratio.
-  static constexpr double kFirstProbeRatio = 32.0;
+  static constexpr double kFirstProbeRatio = 64.0;
   double probe_credit_ = 0;
   double probe_ratio_ = kFirstProbeRatio;
 };
