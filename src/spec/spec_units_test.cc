@@ -223,7 +223,7 @@ TEST(Scheduler, CatchUpAfterAPauseIsLearntApartFromTheDraftingCost) {
   EXPECT_NEAR(s.draft_cost().Ms(4), 0.4, 1e-6);  // the catch-ups did not leak into the steady cost
   EXPECT_NEAR(s.draft_cost().CatchUpMs(50), 1.0, 1e-6);
   EXPECT_EQ(s.Budget(100), 3);
-  // A short pause is worth resuming after; a catch-up of thousands of rows is not (even amortised).
+  // A short pause is worth resuming after; a catch-up of thousands of rows is not.
   EXPECT_GT(s.Budget(100, SharedPass{}, 20), 0);
   EXPECT_FALSE(s.Pays(SharedPass{}) && s.Budget(100, SharedPass{}, 5000) > 0);
 }
