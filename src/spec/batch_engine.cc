@@ -41,7 +41,8 @@ struct BatchEngine::Sequence {
   // Per-step scratch.
   Draft draft;
   int k = 0;
-  int behind_at_draft = 0;      // rows_behind when this step's draft was asked for
+  bool asked_drafter = false;   // a draft was asked for this step
+  int behind_at_draft = 0;      // rows_behind when it was
   int row0 = 0;                 // first batch row of this sequence in the current pass
   int n_rows = 0;
   double draft_ms = 0;
@@ -299,6 +300,7 @@ Result<bool> BatchEngine::Step() {
     s.draft = Draft();
     s.k = 0;
     s.draft_ms = 0;
+    s.asked_drafter = false;
     const int room = cache_.n_ctx() - cache_.Length(s.slot) - 1;
     if (!s.use_drafter || room <= 0) continue;
     const int remaining = s.options.max_new_tokens - static_cast<int>(s.result.stats.generated_tokens);
@@ -308,6 +310,7 @@ Result<bool> BatchEngine::Step() {
     if (budget <= 0) continue;
     decode_rows += budget;
     for (double a : s.scheduler->MeasuredSurvival(budget)) decode_tokens += a;
+    s.asked_drafter = true;
     s.behind_at_draft = s.rows_behind;
     ProposeRequest r;
     r.seq = s.slot;
@@ -456,7 +459,7 @@ Result<bool> BatchEngine::Step() {
       learned_->Observe(proposed, s->k, vr.num_accepted, s->draft_ms, s->draft.survival, s->behind_at_draft);
     }
     // A proposal (even one that came to nothing) brought the drafter up to date.
-    s->rows_behind = s->draft_ms > 0 ? 0 : s->rows_behind + static_cast<int>(vr.tokens.size());
+    s->rows_behind = s->asked_drafter ? 0 : s->rows_behind + static_cast<int>(vr.tokens.size());
     // Keep the anchor and the accepted draft tokens; drop the rejected rows.
     DSPARK_TRY(cache_.Truncate(s->slot, n_past + 1 + vr.num_accepted));
     if (s->use_drafter && !tap_layers_.empty()) {

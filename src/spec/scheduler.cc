@@ -204,11 +204,11 @@ int DraftScheduler::Budget(int room, const SharedPass& pass, int behind_rows) {
   const int probe_k = std::min(cap, 2);
   if (probe_k <= 0) return 0;
   const int rows = pass.decode_rows + 1;
-  probe_credit_ += DecodeShareMs(cost(), rows, pass.prompt_rows, 0) / rows;
+  const double plain_ms = DecodeShareMs(cost(), rows, pass.prompt_rows, 0);
+  probe_credit_ += plain_ms / rows;
   // The catch-up a probe pays is added to the credit it needs, not multiplied by the ratio: it
   // grows with the pause, and multiplied it would grow as fast as the credit does.
-  const double probe_ms = draft_cost_.Ms(probe_k) + DecodeShareMs(cost(), rows, pass.prompt_rows, probe_k) -
-                          DecodeShareMs(cost(), rows, pass.prompt_rows, 0);
+  const double probe_ms = draft_cost_.Ms(probe_k) + DecodeShareMs(cost(), rows, pass.prompt_rows, probe_k) - plain_ms;
   if (probe_credit_ >= probe_ratio_ * probe_ms + draft_cost_.CatchUpMs(behind_rows)) {
     probe_credit_ = 0;
     probe_ratio_ = std::min(probe_ratio_ * 2, kMaxProbeRatio);

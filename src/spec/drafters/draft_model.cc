@@ -46,14 +46,20 @@ Status DraftModelDrafter::Begin(int seq) {
   return cache_.CheckSeq(seq);
 }
 
-Result<std::vector<float>> DraftModelDrafter::SyncCache(int seq, std::span<const int32_t> context, size_t upto,
-                                                         int* passes) {
+Result<size_t> DraftModelDrafter::KeepCommonPrefix(int seq, std::span<const int32_t> context, size_t upto) {
   DSPARK_TRY(cache_.CheckSeq(seq));
   std::vector<int32_t>& cached = cached_[seq];
   size_t keep = 0;
   while (keep < cached.size() && keep < upto && cached[keep] == context[keep]) ++keep;
   DSPARK_TRY(cache_.Truncate(seq, static_cast<int>(keep)));
   cached.resize(keep);
+  return keep;
+}
+
+Result<std::vector<float>> DraftModelDrafter::SyncCache(int seq, std::span<const int32_t> context, size_t upto,
+                                                         int* passes) {
+  DSPARK_ASSIGN_OR_RETURN(const size_t keep, KeepCommonPrefix(seq, context, upto));
+  std::vector<int32_t>& cached = cached_[seq];
   if (keep == upto) return std::vector<float>();
   const std::vector<int32_t> fresh(context.begin() + keep, context.begin() + upto);
   DSPARK_ASSIGN_OR_RETURN(std::vector<float> logits,
@@ -100,14 +106,12 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
     const int n_ctx_tokens = static_cast<int>(r.context.size());
     const int budget = std::min({r.params.budget, max_draft_, cache_.n_ctx() - n_ctx_tokens});
     if (budget <= 0 || r.context.empty()) continue;
-    if (Status s = cache_.CheckSeq(r.seq); !s.ok()) {
-      results[i] = s;
+    auto kept = KeepCommonPrefix(r.seq, r.context, r.context.size() - 1);
+    if (!kept.ok()) {
+      results[i] = kept.status();
       continue;
     }
-    std::vector<int32_t>& cached = cached_[r.seq];
-    if (cached.size() >= r.context.size()) cached.resize(r.context.size() - 1);
-    size_t keep = 0;
-    while (keep < cached.size() && cached[keep] == r.context[keep]) ++keep;
+    const size_t keep = *kept;
     if (r.context.size() - keep > kMaxSharedCatchUp) {
       Draft& d = *results[i];
       auto logits = SyncCache(r.seq, r.context, r.context.size(), &d.forward_passes);
@@ -119,11 +123,7 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
       active.push_back({i, budget, -1});
       continue;
     }
-    if (Status s = cache_.Truncate(r.seq, static_cast<int>(keep)); !s.ok()) {
-      results[i] = s;
-      continue;
-    }
-    cached.resize(keep);
+    std::vector<int32_t>& cached = cached_[r.seq];
     for (size_t t = keep; t < r.context.size(); ++t) {
       batch.Add(r.context[t], static_cast<int>(t), r.seq, t + 1 == r.context.size());
       cached.push_back(r.context[t]);

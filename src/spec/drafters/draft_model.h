@@ -28,6 +28,9 @@ class DraftModelDrafter final : public Drafter {
   std::vector<Result<Draft>> ProposeBatch(std::span<const ProposeRequest> requests) override;
 
  private:
+  // Truncates the draft cache of `seq` to its longest common prefix with context[0..upto); returns
+  // that length.
+  Result<size_t> KeepCommonPrefix(int seq, std::span<const int32_t> context, size_t upto);
   // Brings the draft cache of `seq` to context[0..upto): keeps the longest common prefix, runs the
   // rest; returns the logits of the last row run (empty if nothing ran).
   Result<std::vector<float>> SyncCache(int seq, std::span<const int32_t> context, size_t upto, int* passes);
