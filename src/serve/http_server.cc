@@ -215,7 +215,9 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
       SendError(res, e);
       o.http_status = 503;
     } else {
-      res.set_content(Dump(Response(h, result.text, o.finish_reason, result.stats)), "application/json");
+      res.set_content(Dump(Response(h, result.text, o.finish_reason, result.stats,
+                                    r.return_tokens ? &result.ids : nullptr)),
+                      "application/json");
     }
     return Finished(h.id, req.path, t0, o);
   }
@@ -229,6 +231,7 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
     Clock::time_point t0;
     bool first = true;
     bool finished = false;
+    bool return_tokens = false;
   };
   auto st = std::make_shared<StreamState>();
   st->channel = channel;
@@ -236,6 +239,7 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
   st->header = h;
   st->path = req.path;
   st->t0 = t0;
+  st->return_tokens = r.return_tokens;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -251,8 +255,11 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
           return false;
         }
         if (ev.kind == StreamEvent::Kind::kToken) {
-          if (ev.text.empty()) return true;
-          const std::string data = SseEvent(TokenChunk(st->header, ev.text, SourceName(ev.source), st->first));
+          // With return_tokens every token gets a chunk, even one whose text is still held back.
+          const int32_t token = st->return_tokens ? ev.id : -1;
+          if (ev.text.empty() && token < 0) return true;
+          const std::string data =
+              SseEvent(TokenChunk(st->header, ev.text, SourceName(ev.source), st->first, token));
           st->first = false;
           if (sink.write(data.data(), data.size())) return true;
           loop->Cancel(st->engine_id);

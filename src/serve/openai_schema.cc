@@ -283,6 +283,10 @@ std::optional<ApiError> ParseRequest(std::string_view body_text, Endpoint endpoi
       e->param = "dspark.ignore_eos";
       return e;
     }
+    if (auto e = ReadBool(*it, "return_tokens", &out->return_tokens)) {
+      e->param = "dspark.return_tokens";
+      return e;
+    }
   }
   return std::nullopt;
 }
@@ -326,20 +330,22 @@ nlohmann::json Envelope(const ResponseHeader& h, bool chunk) {
 }  // namespace
 
 nlohmann::json Response(const ResponseHeader& h, const std::string& text, const std::string& finish_reason,
-                        const SpecStats& stats) {
+                        const SpecStats& stats, const std::vector<int32_t>* tokens) {
   nlohmann::json j = Envelope(h, false);
   nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
   if (h.endpoint == Endpoint::kChatCompletions)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   else
     choice["text"] = text;
+  if (tokens != nullptr) choice["tokens"] = *tokens;
   j["choices"] = nlohmann::json::array({choice});
   j["usage"] = Usage(stats.prompt_tokens, stats.generated_tokens);
   j["dspark"] = SpecJson(stats);
   return j;
 }
 
-nlohmann::json TokenChunk(const ResponseHeader& h, const std::string& text, const char* source, bool first) {
+nlohmann::json TokenChunk(const ResponseHeader& h, const std::string& text, const char* source, bool first,
+                          int32_t token) {
   nlohmann::json j = Envelope(h, true);
   nlohmann::json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
   if (h.endpoint == Endpoint::kChatCompletions) {
@@ -348,6 +354,7 @@ nlohmann::json TokenChunk(const ResponseHeader& h, const std::string& text, cons
   } else {
     choice["text"] = text;
   }
+  if (token >= 0) choice["tokens"] = nlohmann::json::array({token});
   j["choices"] = nlohmann::json::array({choice});
   j["dspark_source"] = source;
   return j;

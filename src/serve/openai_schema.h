@@ -45,9 +45,13 @@ struct ApiRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = true;  // usage in the last stream chunk (always sent; OpenAI needs stream_options)
-  // Extensions under "dspark": {"speculate": bool, "ignore_eos": bool} (benchmarks, A/B runs).
+  // Extensions under "dspark": {"speculate": bool, "ignore_eos": bool} (benchmarks, A/B runs),
+  // {"return_tokens": bool}: the generated token ids beside the text (choices[0].tokens, and per
+  // stream chunk), for clients that need the exact ids (the training toolkit's data generator:
+  // re-tokenising the text would not give back the ids the model produced).
   bool speculate = true;
   bool ignore_eos = false;
+  bool return_tokens = false;
 };
 
 // Parses and validates a request body. Every failure names the field: malformed JSON, wrong
@@ -72,12 +76,15 @@ struct ResponseHeader {
 nlohmann::json Usage(int64_t prompt_tokens, int64_t completion_tokens);
 
 // A complete (non-streamed) response.
+// `tokens`: the generated ids, added as choices[0].tokens when not null (dspark.return_tokens).
 nlohmann::json Response(const ResponseHeader& h, const std::string& text, const std::string& finish_reason,
-                        const SpecStats& stats);
+                        const SpecStats& stats, const std::vector<int32_t>* tokens = nullptr);
 
 // One streamed chunk carrying `text`; `source` is "draft" or "target" (the dspark_source
 // extension the playground colours by). The first chat chunk also carries the assistant role.
-nlohmann::json TokenChunk(const ResponseHeader& h, const std::string& text, const char* source, bool first);
+// `token` >= 0 adds "tokens": [token] to the choice (dspark.return_tokens).
+nlohmann::json TokenChunk(const ResponseHeader& h, const std::string& text, const char* source, bool first,
+                          int32_t token = -1);
 
 // The last chunk: empty delta, finish_reason, usage and the dspark statistics.
 nlohmann::json FinalChunk(const ResponseHeader& h, const std::string& finish_reason, const SpecStats& stats);

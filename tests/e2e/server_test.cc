@@ -125,6 +125,51 @@ TEST_F(Server, StreamingMatchesNonStreamingAndColoursTokens) {
   EXPECT_GT(target, 0);
 }
 
+TEST_F(Server, ReturnTokensGivesTheGeneratedIdsThatMakeTheText) {
+  json body = Completion("token ids", 20);
+  body["dspark"]["return_tokens"] = true;
+  auto r = Post(main_, "/v1/completions", body.dump());
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "");
+  const json j = json::parse(r->body);
+  const std::vector<int32_t> ids = j["choices"][0]["tokens"].get<std::vector<int32_t>>();
+  ASSERT_EQ(ids.size(), 20u);
+  // They are the ids the model produced: a greedy run from the prompt's ids plus the first ten
+  // continues with the other ten.
+  EncodeOptions eo;
+  eo.add_eos = false;
+  std::vector<int32_t> prefix = main_->tokenizer->Encode("token ids", eo);
+  prefix.insert(prefix.end(), ids.begin(), ids.begin() + 10);
+  json resume = Completion("", 10);
+  resume["prompt"] = prefix;
+  resume["dspark"]["return_tokens"] = true;
+  auto rr = Post(main_, "/v1/completions", resume.dump());
+  ASSERT_TRUE(rr && rr->status == 200) << (rr ? rr->body : "");
+  EXPECT_EQ(json::parse(rr->body)["choices"][0]["tokens"].get<std::vector<int32_t>>(),
+            std::vector<int32_t>(ids.begin() + 10, ids.end()));
+  // Without the flag the field is absent (plain OpenAI shape).
+  auto plain = Post(main_, "/v1/completions", Completion("token ids", 20).dump());
+  ASSERT_TRUE(plain && plain->status == 200);
+  EXPECT_FALSE(json::parse(plain->body)["choices"][0].contains("tokens"));
+
+  // Streamed: one id per token chunk, the same ids in order.
+  body["stream"] = true;
+  auto rs = Post(main_, "/v1/completions", body.dump());
+  ASSERT_TRUE(rs && rs->status == 200);
+  const SseStream s = ParseSse(rs->body);
+  ASSERT_TRUE(s.done);
+  std::vector<int32_t> streamed;
+  for (const json& c : s.chunks)
+    if (c["choices"][0].contains("tokens"))
+      for (const json& t : c["choices"][0]["tokens"]) streamed.push_back(t.get<int32_t>());
+  EXPECT_EQ(streamed, ids);
+
+  body["dspark"]["return_tokens"] = "yes";
+  auto bad = Post(main_, "/v1/completions", body.dump());
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["error"]["param"], "dspark.return_tokens");
+}
+
 TEST_F(Server, ChatCompletionRendersTheTemplate) {
   const json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
                      {"max_tokens", 8}, {"temperature", 0}, {"dspark", {{"ignore_eos", true}}}};

@@ -14,19 +14,26 @@ import tokenizer as tok
 from train_target import batch_for_step
 
 
-def load_generated(directory):
-    """(sequences [n, T] int64, prompt_len) from a gen_target_data.py shard directory."""
-    d = Path(directory)
-    prompt_len = json.loads((d / "meta.json").read_text())["prompt_len"]
-    gen = np.concatenate([np.load(p) for p in sorted(d.glob("shard-*.npy"))]).astype(np.int64)
-    return gen, prompt_len
+def load_generated(directories):
+    """(sequences [n, T] int64, prompt_len) from gen_target_data.py shard directories (one path, or
+    several joined by commas: their sequences are pooled; all must share prompt and sequence length)."""
+    seqs, prompt_lens = [], set()
+    for d in (Path(p) for p in str(directories).split(",") if p):
+        prompt_lens.add(json.loads((d / "meta.json").read_text())["prompt_len"])
+        shards = sorted(d.glob("shard-*.npy"))
+        if not shards:
+            raise SystemExit(f"{d}: no shard-*.npy (run gen_target_data.py first)")
+        seqs += [np.load(p) for p in shards]
+    if len(prompt_lens) != 1 or len({s.shape[1] for s in seqs}) != 1:
+        raise SystemExit(f"{directories}: the directories differ in prompt or sequence length")
+    return np.concatenate(seqs).astype(np.int64), prompt_lens.pop()
 
 
 class Data:
     """Batches (x [b, T], loss_mask [b, T]) deterministic in (seed, step).
 
     spec 'corpus': random train-split windows of seq_len tokens, every position supervised.
-    spec DIR: target-generated sequences; only generated positions (and the last prompt token,
+    spec DIR[,DIR...]: target-generated sequences (pooled); only generated positions (and the last prompt token,
     the first anchor at inference) are in the loss mask.
     """
 

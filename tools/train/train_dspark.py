@@ -30,7 +30,9 @@ from target_data import Data  # noqa: E402
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--teacher", default=str(TARGET_GGUF), help="target GGUF or training checkpoint")
-    ap.add_argument("--data", default="corpus", help="'corpus' or a shard directory from gen_target_data.py")
+    ap.add_argument("--data", default="corpus",
+                    help="'corpus', or shard directories from gen_target_data.py (comma-separated: pooled)")
+    ap.add_argument("--init", default=None, help="start from this checkpoint's weights (fresh optimizer and schedule)")
     ap.add_argument("--out", default=None, help="run directory (default $DSPARK_TRAIN_DIR/dspark)")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--steps", type=int, default=3000)
@@ -65,7 +67,15 @@ def main(argv=None):
                        target_layer_ids=[int(v) for v in a.target_layers.split(",")])
     assert max(cfg.target_layer_ids) < tc.n_layer - 1, "llama.cpp cannot tap the target's last layer"
     assert a.seq_len + cfg.block_size <= tc.n_ctx
+    if a.init:
+        init = tu.load_checkpoint(Path(a.init))
+        if init is None:
+            raise SystemExit(f"--init {a.init}: no checkpoint there")
+        cfg = DSparkConfig(**init["config"])
     model = DSpark(cfg)
+    if a.init:
+        model.load_state_dict(init["model"])
+        print(f"initialised from {a.init} (step {init['step']})", flush=True)
     # DeepSpec: AdamW, weight decay 0, warmup 4 % then cosine to 0, clip 1.0
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
     step = 0
