@@ -1,4 +1,6 @@
 // Dispatch wrappers for the elementwise ops of ops.h; bodies in elementwise-inl.h.
+#include <cstring>
+
 #include "kernels/hwy_targets.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -30,6 +32,16 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(SiluMulImpl)(gate, up, n, out);
 }
 void Add(const float* x, int64_t n, float* y) { HWY_DYNAMIC_DISPATCH(AddImpl)(x, n, y); }
+void SplitColumns(const float* x, int64_t n, std::initializer_list<std::pair<int64_t, float*>> parts) {
+  int64_t total = 0;
+  for (const auto& [width, y] : parts) total += width;
+  int64_t offset = 0;
+  for (const auto& [width, y] : parts) {
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(y + i * width, x + i * total + offset, static_cast<size_t>(width) * sizeof(float));
+    offset += width;
+  }
+}
 float Dot(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n); }
 void Axpy(float alpha, const float* x, int64_t n, float* y) {
   HWY_DYNAMIC_DISPATCH(AxpyImpl)(alpha, x, n, y);

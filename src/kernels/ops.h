@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 #include "util/dtype.h"
 #include "util/thread_pool.h"
@@ -62,6 +64,9 @@ void Softmax(float* x, int64_t n);
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 // y[i] += x[i]
 void Add(const float* x, int64_t n, float* y);
+// y_j[i] = columns [offset_j, offset_j + width_j) of row i of x ([n][Σ width]): the outputs of a
+// fused projection (PackedWeights::PackFused) back into one array per projection.
+void SplitColumns(const float* x, int64_t n, std::initializer_list<std::pair<int64_t, float*>> parts);
 // Σ a[i]·b[i]
 float Dot(const float* a, const float* b, int64_t n);
 // y[i] += alpha · x[i]

@@ -112,18 +112,6 @@ void AddBias(const std::vector<float>& bias, int n, float* y) {
   for (int i = 0; i < n; ++i) ops::Add(bias.data(), d, y + i * d);
 }
 
-// y_j[i] = columns [offset_j, offset_j + width_j) of row i of x ([n][Σ width]): the outputs of a
-// fused projection back into one array per projection.
-void SplitColumns(const float* x, int n, std::initializer_list<std::pair<int64_t, float*>> parts) {
-  int64_t total = 0;
-  for (const auto& [width, y] : parts) total += width;
-  int64_t offset = 0;
-  for (const auto& [width, y] : parts) {
-    for (int i = 0; i < n; ++i) std::memcpy(y + i * width, x + i * total + offset, static_cast<size_t>(width) * sizeof(float));
-    offset += width;
-  }
-}
-
 void RmsNormRows(const float* x, const std::vector<float>& w, float eps, int n, int64_t d, float* y, ThreadPool& pool) {
   pool.ParallelRange(n, 16, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) ops::RmsNorm(x + i * d, w.data(), eps, d, y + i * d);
@@ -232,7 +220,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     RmsNormRows(s.x.data(), L.attn_norm, c.rms_eps, n, d, s.h.data(), pool);
     if (L.wqkv.rows > 0) {
       ops::MatMul(L.wqkv, s.h.data(), n, s.fused.data(), pool);
-      SplitColumns(s.fused.data(), n, {{c.q_dim(), s.q.data()}, {c.kv_dim(), s.k.data()}, {c.v_dim(), s.v.data()}});
+      ops::SplitColumns(s.fused.data(), n, {{c.q_dim(), s.q.data()}, {c.kv_dim(), s.k.data()}, {c.v_dim(), s.v.data()}});
     } else {
       ops::MatMul(L.wq, s.h.data(), n, s.q.data(), pool);
       ops::MatMul(L.wk, s.h.data(), n, s.k.data(), pool);

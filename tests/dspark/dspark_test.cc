@@ -9,6 +9,7 @@
 #include <set>
 
 #include "dspark/dspark_models.h"
+#include "model/quantize.h"
 #include "spec/batch_engine.h"
 #include "spec/drafters/dspark_drafter.h"
 #include "spec/drafters/factory.h"
@@ -160,6 +161,41 @@ TEST_F(DSpark, GreedyEqualsPlainForEveryLayoutPromptAndDraftLength) {
 
 // Several requests share one drafter (one draft context per sequence slot) in continuous
 // batching, with the batch-wide cost schedule: each output still equals its plain decoding.
+TEST_F(DSpark, QuantisedDraftReadsTheSharedHeadInItsTypeAndStaysLossless) {
+  const std::string q8 = Tmp("anchor_first_q8");
+  QuantizeReport report;
+  ASSERT_TRUE(QuantizeFile(Tmp("anchor_first"), q8, DType::kQ8_0, &report).ok());
+  EXPECT_GT(report.converted, 0);
+  DflashLoadOptions lo;
+  auto f16 = DflashModel::Load(Tmp("anchor_first"), *target_.model, *target_.tok, lo);
+  auto quant = DflashModel::Load(q8, *target_.model, *target_.tok, lo);
+  ASSERT_TRUE(f16.ok()) << f16.status().message();
+  ASSERT_TRUE(quant.ok()) << quant.status().message();
+  // The float drafter borrows the target's head as it is; the Q8_0 one re-encodes it, and keeps
+  // its one-row confidence projection as a float vector.
+  EXPECT_EQ((*f16)->weights().output.data, target_.model->weights().output.data);
+  EXPECT_EQ((*quant)->weights().layers[0].wq.type, DType::kQ8_0);
+  EXPECT_EQ((*quant)->weights().output.type, DType::kQ8_0);
+  EXPECT_EQ((*quant)->weights().output.rows, target_.model->weights().output.rows);
+  ASSERT_EQ((*quant)->weights().conf_w.size(), (*f16)->weights().conf_w.size());
+  for (size_t i = 0; i < (*quant)->weights().conf_w.size(); ++i)
+    EXPECT_EQ((*quant)->weights().conf_w[i], (*f16)->weights().conf_w[i]) << i;
+
+  for (int variant = 0; variant < 3; ++variant) {
+    const auto prompt = Prompt(variant);
+    const auto want = ReferenceGreedy(*target_.model, pool_, prompt, 24);
+    for (int n_max : {2, 4}) {
+      auto d = Create(q8);
+      ASSERT_TRUE(d.ok()) << d.status().message();
+      ScheduleOptions so;
+      so.n_max = n_max;
+      const GenerateResult r = Run(d->get(), prompt, 24, so);
+      ASSERT_EQ(r.ids, want) << "n_max " << n_max << " prompt " << variant;
+      EXPECT_GT(r.stats.num_draft_tokens, 0);
+    }
+  }
+}
+
 TEST_F(DSpark, ConcurrentSequencesEachEqualPlain) {
   for (bool cost : {false, true}) {
     auto d = Create("anchor_first");

@@ -105,24 +105,42 @@ void DflashForward::Inject(std::span<const DflashJob> jobs, ThreadPool& pool) {
       for (int i = 0; i < job.n_ctx_rows; ++i, ++r)
         rope_.Angles(job.context->length() + i, cos_.data() + r * half, sin_.data() + r * half);
   }
+  if (w.layers[0].wkv.rows > 0) {
+    k_.resize(static_cast<size_t>(rows) * kv_dim);
+    v_.resize(static_cast<size_t>(rows) * kv_dim);
+    fused_.resize(static_cast<size_t>(rows) * 2 * kv_dim);
+  }
   for (int il = 0; il < c.n_layer; ++il) {
     const DflashLayer& L = w.layers[il];
-    ops::MatMul(L.wk, g_.data(), rows, kv_.data(), pool);
+    // K and V of the new rows: one fused MatMul where packed, else one each.
+    float* k_rows = kv_.data();
+    const float* v_rows = nullptr;
+    if (L.wkv.rows > 0) {
+      ops::MatMul(L.wkv, g_.data(), rows, fused_.data(), pool);
+      ops::SplitColumns(fused_.data(), rows, {{kv_dim, k_.data()}, {kv_dim, v_.data()}});
+      k_rows = k_.data();
+      v_rows = v_.data();
+    } else {
+      ops::MatMul(L.wk, g_.data(), rows, kv_.data(), pool);
+    }
     int r = 0;
     for (const DflashJob& job : jobs) {
       KvCache& cache = job.context->cache_;
       for (int i = 0; i < job.n_ctx_rows; ++i, ++r) {
-        float* k = kv_.data() + static_cast<size_t>(r) * kv_dim;
+        float* k = k_rows + static_cast<size_t>(r) * kv_dim;
         NormRope(rope_, cos_.data() + r * half, sin_.data() + r * half, L.k_norm, c.rms_eps, c.n_head_kv, c.head_dim, k);
         cache.WriteK(il, 0, cache.Length(0) + i, k);
       }
     }
-    ops::MatMul(L.wv, g_.data(), rows, kv_.data(), pool);
+    if (v_rows == nullptr) {
+      ops::MatMul(L.wv, g_.data(), rows, kv_.data(), pool);
+      v_rows = kv_.data();
+    }
     r = 0;
     for (const DflashJob& job : jobs) {
       KvCache& cache = job.context->cache_;
       for (int i = 0; i < job.n_ctx_rows; ++i, ++r)
-        cache.WriteV(il, 0, cache.Length(0) + i, kv_.data() + static_cast<size_t>(r) * kv_dim);
+        cache.WriteV(il, 0, cache.Length(0) + i, v_rows + static_cast<size_t>(r) * kv_dim);
     }
   }
   for (const DflashJob& job : jobs) job.context->cache_.Advance(0, job.n_ctx_rows);
@@ -151,6 +169,7 @@ void DflashForward::RunBlocks(std::span<const DflashJob> jobs, ThreadPool& pool)
   tmp_.resize(rows * E);
   gate_.resize(rows * c.n_ff);
   up_.resize(rows * c.n_ff);
+  fused_.resize(rows * std::max<size_t>(c.q_dim() + 2 * static_cast<size_t>(kv_dim), 2 * static_cast<size_t>(c.n_ff)));
   cos_.resize(rows * half);
   sin_.resize(rows * half);
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -190,9 +209,14 @@ void DflashForward::RunBlocks(std::span<const DflashJob> jobs, ThreadPool& pool)
   for (int il = 0; il < c.n_layer; ++il) {
     const DflashLayer& L = w.layers[il];
     RmsRows(x_.data(), L.attn_norm, c.rms_eps, n_rows, E, h_.data());
-    ops::MatMul(L.wq, h_.data(), n_rows, q_.data(), pool);
-    ops::MatMul(L.wk, h_.data(), n_rows, k_.data(), pool);
-    ops::MatMul(L.wv, h_.data(), n_rows, v_.data(), pool);
+    if (L.wqkv.rows > 0) {
+      ops::MatMul(L.wqkv, h_.data(), n_rows, fused_.data(), pool);
+      ops::SplitColumns(fused_.data(), n_rows, {{c.q_dim(), q_.data()}, {kv_dim, k_.data()}, {kv_dim, v_.data()}});
+    } else {
+      ops::MatMul(L.wq, h_.data(), n_rows, q_.data(), pool);
+      ops::MatMul(L.wk, h_.data(), n_rows, k_.data(), pool);
+      ops::MatMul(L.wv, h_.data(), n_rows, v_.data(), pool);
+    }
     for (size_t j = 0; j < jobs.size(); ++j) {
       KvCache& cache = jobs[j].context->cache_;
       const int n_cells = cache.Length(0);  // block cells follow at n_cells..
@@ -230,9 +254,17 @@ void DflashForward::RunBlocks(std::span<const DflashJob> jobs, ThreadPool& pool)
     ops::MatMul(L.wo, att_.data(), n_rows, tmp_.data(), pool);
     ops::Add(tmp_.data(), static_cast<int64_t>(n_rows) * E, x_.data());
     RmsRows(x_.data(), L.ffn_norm, c.rms_eps, n_rows, E, h_.data());
-    ops::MatMul(L.w_gate, h_.data(), n_rows, gate_.data(), pool);
-    ops::MatMul(L.w_up, h_.data(), n_rows, up_.data(), pool);
-    ops::SiluMul(gate_.data(), up_.data(), static_cast<int64_t>(n_rows) * c.n_ff, gate_.data());
+    if (L.w_gate_up.rows > 0) {
+      ops::MatMul(L.w_gate_up, h_.data(), n_rows, fused_.data(), pool);
+      for (int i = 0; i < n_rows; ++i) {
+        const float* gu = fused_.data() + static_cast<size_t>(i) * 2 * c.n_ff;
+        ops::SiluMul(gu, gu + c.n_ff, c.n_ff, gate_.data() + static_cast<size_t>(i) * c.n_ff);
+      }
+    } else {
+      ops::MatMul(L.w_gate, h_.data(), n_rows, gate_.data(), pool);
+      ops::MatMul(L.w_up, h_.data(), n_rows, up_.data(), pool);
+      ops::SiluMul(gate_.data(), up_.data(), static_cast<int64_t>(n_rows) * c.n_ff, gate_.data());
+    }
     ops::MatMul(L.w_down, gate_.data(), n_rows, tmp_.data(), pool);
     ops::Add(tmp_.data(), static_cast<int64_t>(n_rows) * E, x_.data());
   }

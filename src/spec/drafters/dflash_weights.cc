@@ -53,8 +53,11 @@ class DraftBinder {
   Result<std::vector<float>> Vector(const std::string& name, int64_t n, bool required = true) {
     DSPARK_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(name, {n}, required));
     if (t == nullptr) return std::vector<float>{};
-    if (Info(t->type).quantized || !ops::CanQuantize(t->type))
-      return Unimplemented("spec: {}: tensor '{}' has type {}, expected f32/f16/bf16", f_.path(), name,
+    // Float vectors, or quantised ones another tool wrote (dequantised once here).
+    const bool readable = Info(t->type).quantized ? ops::MatMulSupports(t->type) && n % Info(t->type).block_size == 0
+                                                  : ops::CanQuantize(t->type);
+    if (!readable)
+      return Unimplemented("spec: {}: tensor '{}' has type {}, which dspark cannot read as a vector", f_.path(), name,
                            DTypeName(t->type));
     std::vector<float> out(n);
     ops::DequantizeRow(t->type, t->data, out.data(), n);
@@ -295,13 +298,36 @@ Result<std::unique_ptr<DflashModel>> DflashModel::FromFile(std::shared_ptr<const
   if (options.need_confidence && !c.has_confidence)
     return InvalidArgument("spec: {}: DSpark draft has no confidence head: set --spec-draft-p-min 0", f.path());
   b.WarnUnclaimed();
+  // A quantised drafter reads a shared float head in its own type: the head is about a third of
+  // a drafting pass's weight traffic, and verification keeps the output exact whatever the drafter
+  // computes (it can only change which tokens get drafted).
+  const DType own_type = w.layers.empty() ? DType::kF32 : w.layers[0].wq.type;
+  bool own_head = false;
+  if (out == nullptr && Info(own_type).quantized && !Info(w.output.type).quantized &&
+      w.output.cols % Info(own_type).block_size == 0 && ops::CanQuantize(own_type)) {
+    const int64_t rows = w.output.rows, cols = w.output.cols;
+    const size_t src_row = RowBytes(w.output.type, cols), dst_row = RowBytes(own_type, cols);
+    m->own_head_.resize(static_cast<size_t>(rows) * dst_row);
+    std::vector<float> row(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      ops::DequantizeRow(w.output.type, static_cast<const uint8_t*>(w.output.data) + r * src_row, row.data(), cols);
+      ops::QuantizeRow(own_type, row.data(), m->own_head_.data() + r * dst_row, cols);
+    }
+    w.output = ops::WeightView{m->own_head_.data(), own_type, rows, cols};
+    own_head = true;
+  }
   if (options.repack) {
     // The drafter's own matrices; a shared target head arrives already packed with the target.
     // markov_w2 runs once per chained slot (null without a Markov head: Pack skips it).
+    // Projections that read the same activations are also packed fused, as in Model.
     std::vector<ops::WeightView*> views = {&w.fc, &w.markov_w2};
-    if (out != nullptr) views.push_back(&w.output);
-    for (DflashLayer& l : w.layers)
+    if (out != nullptr || own_head) views.push_back(&w.output);
+    for (DflashLayer& l : w.layers) {
+      m->packed_.PackFused({&l.wq, &l.wk, &l.wv}, &l.wqkv);
+      m->packed_.PackFused({&l.wk, &l.wv}, &l.wkv);
+      m->packed_.PackFused({&l.w_gate, &l.w_up}, &l.w_gate_up);
       for (ops::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) views.push_back(v);
+    }
     m->packed_.Pack(views);
   }
   return m;

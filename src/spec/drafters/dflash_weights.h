@@ -62,6 +62,10 @@ struct DflashLayer {
   std::vector<float> ffn_norm;        // [n_embd]
   ops::WeightView w_gate, w_up;       // [n_ff, E]
   ops::WeightView w_down;             // [E, n_ff]
+  // Fused packed copies (PackedWeights::PackFused; rows == 0 where the type has no packed
+  // layout): one MatMul and one barrier instead of two or three, which matters at the 1-8 rows of
+  // a drafting pass. wkv serves the context injection, which needs no queries.
+  ops::WeightView wqkv, wkv, w_gate_up;
 };
 
 struct DflashWeights {
@@ -109,6 +113,7 @@ class DflashModel {
   DflashConfig config_;
   DflashWeights weights_;
   PackedWeights packed_;
+  std::vector<uint8_t> own_head_;  // the shared target head re-encoded in the drafter's type
 };
 
 }  // namespace dspark

@@ -1,0 +1,54 @@
+#include "model/quantize.h"
+
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "kernels/ops.h"
+
+namespace dspark {
+
+bool IsQuantizeTarget(DType type) {
+  return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ4_K || type == DType::kQ6_K ||
+         type == DType::kQ5_K || type == DType::kF16;
+}
+
+Status QuantizeFile(const std::string& in, const std::string& out, DType target, QuantizeReport* report,
+                    const std::function<void(uint64_t, uint64_t)>& progress) {
+  if (!IsQuantizeTarget(target))
+    return InvalidArgument("quantize: unsupported target type '{}' (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16)",
+                           DTypeName(target));
+  DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> file, gguf::File::Open(in));
+  const gguf::File& src = *file;
+  gguf::Writer w(src.alignment());
+  w.CopyMetadataFrom(src);
+  w.SetU32("general.file_type", 0);  // informative only; llama.cpp reads tensor types directly
+  QuantizeReport r;
+  for (const auto& t : src.tensors()) {
+    const bool is_float = t.type == DType::kF32 || t.type == DType::kF16 || t.type == DType::kBF16;
+    DType type = target;
+    // K-quants need rows of 256; fall back to Q8_0 (as llama.cpp does) where rows are shorter.
+    if (t.ne[0] % Info(type).block_size != 0) type = t.ne[0] % 32 == 0 ? DType::kQ8_0 : DType::kF16;
+    // One-row "matrices" (a DSpark confidence projection {E+R, 1}) are vectors: dot products,
+    // not matmuls, and too small for quantisation to save anything.
+    if (!is_float || t.ne.size() < 2 || t.Rows() == 1 || t.type == type) {
+      DSPARK_TRY(w.AddTensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes)));
+      ++r.kept;
+      continue;
+    }
+    const gguf::TensorInfo* info = &t;
+    DSPARK_TRY(w.AddTensorLazy(t.name, type, t.ne, [info, type](uint8_t* dst) {
+      const int64_t cols = info->ne[0], rows = info->Rows();
+      std::vector<float> row(cols);
+      for (int64_t i = 0; i < rows; ++i) {
+        ops::DequantizeRow(info->type, info->data + i * RowBytes(info->type, cols), row.data(), cols);
+        ops::QuantizeRow(type, row.data(), dst + i * RowBytes(type, cols), cols);
+      }
+    }));
+    ++r.converted;
+  }
+  DSPARK_TRY(w.WriteFile(out, progress));
+  if (report != nullptr) *report = r;
+  return Status::Ok();
+}
+
+}  // namespace dspark

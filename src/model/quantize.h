@@ -1,0 +1,28 @@
+// Re-encoding a GGUF file's weight matrices (`dspark quantize`). Every 2-D float matrix of more
+// than one row goes to the requested type; K-quant rows shorter than 256 fall back to Q8_0 (as
+// llama.cpp does), rows that no block size divides stay F16. Vectors, one-row matrices (a DSpark
+// confidence projection) and already-quantised tensors keep their type; metadata is copied.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "util/dtype.h"
+#include "util/status.h"
+
+namespace dspark {
+
+struct QuantizeReport {
+  int converted = 0;  // tensors re-encoded
+  int kept = 0;       // tensors copied as they were
+};
+
+// Types `dspark quantize` writes: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and F16.
+bool IsQuantizeTarget(DType type);
+
+// Writes `in` with its matrices in `type` to `out`. `progress(done, total)` gets bytes written.
+Status QuantizeFile(const std::string& in, const std::string& out, DType type, QuantizeReport* report,
+                    const std::function<void(uint64_t, uint64_t)>& progress = {});
+
+}  // namespace dspark
