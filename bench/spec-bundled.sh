@@ -10,12 +10,16 @@ OUT="${1:-bench-out}"
 P=bench/prompts/code-completion.jsonl
 T=models/ref-target.gguf
 mkdir -p "$OUT"
+# The drafters run as Q8_0 copies (make drafters), as `make run` runs them.
+make --no-print-directory drafters >/dev/null
+DS=build/models/ref-dspark-q8_0.gguf
+DM=build/models/ref-draft-q8_0.gguf
 common=(-m "$T" -t 2 --prompts "$P" -n 128 --max-prompts 20)
-$B bench --spec "${common[@]}" --spec-type draft-dspark -md models/ref-dspark.gguf --sweep n-max=2,3,4,6,8 -r 3 -o "$OUT/dspark-cut"
-$B bench --spec "${common[@]}" --spec-type draft-dspark -md models/ref-dspark.gguf --sweep cost=1 --sweep n-max=3,8 -r 3 -o "$OUT/dspark-cost"
-$B bench --spec "${common[@]}" --spec-type draft-dspark -md models/ref-dspark.gguf --sweep n-max=8 --temp 0.8 -s 7 -r 1 -o "$OUT/dspark-t08"
-$B bench --spec "${common[@]}" --spec-type draft-simple -md models/ref-draft.gguf --sweep n-max=2,3,5 --sweep adaptive=0,1 -r 3 -o "$OUT/draft"
-$B bench --serve start --serve-args "-m $T --spec-type draft-dspark -md models/ref-dspark.gguf --parallel 32" \
+$B bench --spec "${common[@]}" --spec-type draft-dspark -md $DS --sweep n-max=2,3,4,6,8 -r 3 -o "$OUT/dspark-cut"
+$B bench --spec "${common[@]}" --spec-type draft-dspark -md $DS --sweep cost=1 --sweep n-max=3,8 -r 3 -o "$OUT/dspark-cost"
+$B bench --spec "${common[@]}" --spec-type draft-dspark -md $DS --sweep n-max=8 --temp 0.8 -s 7 -r 1 -o "$OUT/dspark-t08"
+$B bench --spec "${common[@]}" --spec-type draft-simple -md $DM --sweep n-max=2,3,5 --sweep adaptive=0,1 -r 3 -o "$OUT/draft"
+$B bench --serve start --serve-args "-m $T --spec-type draft-dspark -md $DS --parallel 32" \
     --serve-concurrency 1 2 4 8 16 32 --serve-out "$OUT/serve-dspark"
-$B bench --serve start --serve-args "-m $T --spec-type draft-simple -md models/ref-draft.gguf --spec-adaptive --spec-draft-n-max 3 --parallel 32" \
+$B bench --serve start --serve-args "-m $T --spec-type draft-simple -md $DM --spec-adaptive --spec-draft-n-max 3 --parallel 32" \
     --serve-concurrency 1 2 4 8 16 32 --serve-out "$OUT/serve-draft"

@@ -28,6 +28,7 @@ commands below; the corpus manifest and the tokenizer pin the exact data.
 | `ref-target.gguf` | the target, qwen3, F16 weights / F32 norms, tied embeddings |
 | `ref-draft.gguf` | draft model for `draft-simple` (distilled from the target) |
 | `ref-dspark.gguf` | DSpark drafter (`dflash` layout), shares the target's embeddings and head |
+| (built) `build/models/ref-{draft,dspark}-q8_0.gguf` | Q8_0 copies of both drafters that `make drafters` writes with `dspark quantize`: `make run` and the benchmarks draft with them (a Q8_0 DSpark drafter also reads the shared head as Q8_0). Drafting costs about half; the output is still the F16 target's, token for token |
 | `ref-*.json` | training/evaluation summary each exporter writes; this README is generated from them |
 
 """
@@ -126,6 +127,7 @@ tools/train/launch_target.sh                              # background, resumabl
 /usr/bin/python3 tools/train/model_card.py                # this file
 tools/train/launch_pipeline.sh target-data draft dspark eval  # target data, draft model, DSpark drafter, offline tau (background)
 /usr/bin/python3 tools/train/export_golden.py --dspark models/ref-dspark.gguf   # goldens of both
+make drafters                                             # build/models/ref-*-q8_0.gguf
 ```
 """)
     (MODELS_DIR / "README.md").write_text("".join(out))
