@@ -141,15 +141,34 @@ def main():
     ap.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
     ap.add_argument("--engine", default=None, help="dspark binary: generate with `dspark serve` instead of PyTorch")
     a = ap.parse_args()
-    if a.engine:
-        return main_engine(a)
-    dev, amp = tu.setup_device(a.threads, a.dtype)
     out = Path(a.out) if a.out else train_dir() / "target-gen"
     out.mkdir(parents=True, exist_ok=True)
     meta = {"prompt_len": a.prompt_len, "gen_len": a.gen_len, "teacher": a.teacher, "temperature": a.temperature,
             "top_k": a.top_k, "top_p": a.top_p, "seed": a.seed}
+    if a.engine:
+        if not str(a.teacher).endswith(".gguf"):
+            raise SystemExit("--engine needs a GGUF teacher")
+        meta["generator"] = "dspark serve"
+        (out / "meta.json").write_text(json.dumps(meta))
+        engine = EngineGenerator(a.engine, a.teacher, a.batch, a.threads, a.prompt_len + a.gen_len, out / "serve.log")
+        try:
+            write_shards(a, out, lambda prompts, shard: engine.generate(
+                prompts, a.gen_len, [(a.seed * 1_000_003 + shard) * a.batch + i for i in range(a.batch)],
+                a.temperature, a.top_k, a.top_p))
+        finally:
+            engine.close()
+        return
+    dev, amp = tu.setup_device(a.threads, a.dtype)
     (out / "meta.json").write_text(json.dumps(meta))
     target = teacher_mod.load_target(a.teacher, amp if dev.type == "cpu" else None)
+    write_shards(a, out, lambda prompts, shard: generate(
+        target, prompts, a.gen_len, torch.Generator().manual_seed(a.seed * 1_000_003 + shard),
+        a.temperature, a.top_k, a.top_p))
+
+
+def write_shards(a, out, generate_shard):
+    """Every missing shard: a.batch prompt windows of the train split (a pure function of (seed,
+    shard)), continued by generate_shard(prompts, shard) -> [batch, prompt + gen] ids."""
     train, _ = tok.load_cache("train")
     for shard in range((a.n_seqs + a.batch - 1) // a.batch):
         p = out / f"shard-{shard:05d}.npy"
@@ -158,40 +177,12 @@ def main():
         rng = np.random.default_rng([a.seed, shard])
         starts = rng.integers(0, len(train) - a.prompt_len, size=a.batch)
         prompts = torch.from_numpy(np.stack([train[s:s + a.prompt_len] for s in starts]).astype(np.int64))
-        gen = torch.Generator().manual_seed(a.seed * 1_000_003 + shard)
-        seqs = generate(target, prompts, a.gen_len, gen, a.temperature, a.top_k, a.top_p)
+        t0 = time.time()
+        seqs = generate_shard(prompts, shard)
         np.save(p.with_suffix(".tmp.npy"), seqs.numpy().astype(np.uint16))
         os.replace(p.with_suffix(".tmp.npy"), p)
-        print(f"{p.name}: {seqs.shape[0]} sequences of {seqs.shape[1]} tokens", flush=True)
-
-
-def main_engine(a):
-    out = Path(a.out) if a.out else train_dir() / "target-gen"
-    out.mkdir(parents=True, exist_ok=True)
-    if not str(a.teacher).endswith(".gguf"):
-        raise SystemExit("--engine needs a GGUF teacher")
-    meta = {"prompt_len": a.prompt_len, "gen_len": a.gen_len, "teacher": a.teacher, "temperature": a.temperature,
-            "top_k": a.top_k, "top_p": a.top_p, "seed": a.seed, "generator": "dspark serve"}
-    (out / "meta.json").write_text(json.dumps(meta))
-    train, _ = tok.load_cache("train")
-    engine = EngineGenerator(a.engine, a.teacher, a.batch, a.threads, a.prompt_len + a.gen_len, out / "serve.log")
-    try:
-        for shard in range((a.n_seqs + a.batch - 1) // a.batch):
-            p = out / f"shard-{shard:05d}.npy"
-            if p.exists():
-                continue
-            rng = np.random.default_rng([a.seed, shard])
-            starts = rng.integers(0, len(train) - a.prompt_len, size=a.batch)
-            prompts = torch.from_numpy(np.stack([train[s:s + a.prompt_len] for s in starts]).astype(np.int64))
-            seeds = [(a.seed * 1_000_003 + shard) * a.batch + i for i in range(a.batch)]
-            t0 = time.time()
-            seqs = engine.generate(prompts, a.gen_len, seeds, a.temperature, a.top_k, a.top_p)
-            np.save(p.with_suffix(".tmp.npy"), seqs.numpy().astype(np.uint16))
-            os.replace(p.with_suffix(".tmp.npy"), p)
-            rate = seqs.shape[0] * a.gen_len / (time.time() - t0)
-            print(f"{p.name}: {seqs.shape[0]} sequences of {seqs.shape[1]} tokens, {rate:.0f} tok/s", flush=True)
-    finally:
-        engine.close()
+        rate = seqs.shape[0] * a.gen_len / (time.time() - t0)
+        print(f"{p.name}: {seqs.shape[0]} sequences of {seqs.shape[1]} tokens, {rate:.0f} tok/s", flush=True)
 
 
 if __name__ == "__main__":
