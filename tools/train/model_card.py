@@ -51,7 +51,10 @@ def main():
         ta = s.get("train_args", {})
         # A DSpark drafter's summary has no token count or validation loss: it trains on
         # target-generated sequences (steps x batch x seq_len positions) and is judged by tau.
-        tokens = s.get("tokens", ta.get("steps", 0) * ta.get("batch", 0) * ta.get("seq_len", 0))
+        # A warm-started run's own count covers its last phase only; tokens_all_phases (set with
+        # the notes of a multi-phase model) covers them all.
+        tokens = s.get("tokens_all_phases",
+                       s.get("tokens", ta.get("steps", 0) * ta.get("batch", 0) * ta.get("seq_len", 0)))
         val_tok = f"{s['val_nats_per_token']:.4f}" if "val_nats_per_token" in s else "— (τ below)"
         val_chr = f"{s['val_nats_per_char']:.4f}" if "val_nats_per_char" in s else "—"
         out.append(f"| {role} | `{s['file']}` | {s['bytes'] / 1e6:.1f} MB | {s['params'] / 1e6:.2f} M | "

@@ -63,7 +63,7 @@ for stage in "$@"; do
         # Second phase on three times the data, a third of it greedy (the continuations greedy
         # speculation must match).
         nice -n 19 $PY $T/train_dspark.py --init "$TD/dspark/ckpt.pt" --out "$TD/dspark-v2" \
-          --data "$TD/target-gen,$TD/target-gen-2,$TD/target-gen-greedy" --steps 2400 --lr 5e-4 --resume
+          --data "$TD/target-gen,$TD/target-gen-2,$TD/target-gen-greedy" --steps 1800 --lr 5e-4 --resume
         $PY $T/export_dspark.py --ckpt "$TD/dspark-v2/ckpt.pt"
       else
         $PY $T/export_dspark.py
