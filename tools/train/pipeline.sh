@@ -64,7 +64,10 @@ for stage in "$@"; do
         # speculation must match).
         nice -n 19 $PY $T/train_dspark.py --init "$TD/dspark/ckpt.pt" --out "$TD/dspark-v2" \
           --data "$TD/target-gen,$TD/target-gen-2,$TD/target-gen-greedy" --steps 1800 --lr 5e-4 --resume
-        $PY $T/export_dspark.py --ckpt "$TD/dspark-v2/ckpt.pt"
+        # Third phase: the same pool with the greedy continuations weighted 2x (listed twice).
+        nice -n 19 $PY $T/train_dspark.py --init "$TD/dspark-v2/ckpt.pt" --out "$TD/dspark-v3" \
+          --data "$TD/target-gen,$TD/target-gen-2,$TD/target-gen-greedy,$TD/target-gen-greedy" --steps 1400 --lr 3e-4 --resume
+        $PY $T/export_dspark.py --ckpt "$TD/dspark-v3/ckpt.pt"
       else
         $PY $T/export_dspark.py
       fi
