@@ -322,11 +322,18 @@ Result<std::unique_ptr<DflashModel>> DflashModel::FromFile(std::shared_ptr<const
     // Projections that read the same activations are also packed fused, as in Model.
     std::vector<ops::WeightView*> views = {&w.fc, &w.markov_w2};
     if (out != nullptr || own_head) views.push_back(&w.output);
+    // A matrix a fused copy serves is not packed again on its own (blocks read Q/K/V through
+    // wqkv, the injection K/V through wkv).
     for (DflashLayer& l : w.layers) {
-      m->packed_.PackFused({&l.wq, &l.wk, &l.wv}, &l.wqkv);
-      m->packed_.PackFused({&l.wk, &l.wv}, &l.wkv);
-      m->packed_.PackFused({&l.w_gate, &l.w_up}, &l.w_gate_up);
-      for (ops::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) views.push_back(v);
+      const bool qkv = m->packed_.PackFused({&l.wq, &l.wk, &l.wv}, &l.wqkv);
+      const bool kv = m->packed_.PackFused({&l.wk, &l.wv}, &l.wkv);
+      const bool gate_up = m->packed_.PackFused({&l.w_gate, &l.w_up}, &l.w_gate_up);
+      if (!qkv) views.push_back(&l.wq);
+      if (!qkv || !kv)
+        for (ops::WeightView* v : {&l.wk, &l.wv}) views.push_back(v);
+      if (!gate_up)
+        for (ops::WeightView* v : {&l.w_gate, &l.w_up}) views.push_back(v);
+      for (ops::WeightView* v : {&l.wo, &l.w_down}) views.push_back(v);
     }
     m->packed_.Pack(views);
   }
