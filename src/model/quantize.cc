@@ -12,6 +12,16 @@ bool IsQuantizeTarget(DType type) {
          type == DType::kQ5_K || type == DType::kF16;
 }
 
+void ReencodeMatrix(const ops::WeightView& src, DType type, uint8_t* dst) {
+  const int64_t cols = src.cols;
+  const size_t src_row = RowBytes(src.type, cols), dst_row = RowBytes(type, cols);
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < src.rows; ++r) {
+    ops::DequantizeRow(src.type, static_cast<const uint8_t*>(src.data) + r * src_row, row.data(), cols);
+    ops::QuantizeRow(type, row.data(), dst + r * dst_row, cols);
+  }
+}
+
 Status QuantizeFile(const std::string& in, const std::string& out, DType target, QuantizeReport* report,
                     const std::function<void(uint64_t, uint64_t)>& progress) {
   if (!IsQuantizeTarget(target))
@@ -37,12 +47,7 @@ Status QuantizeFile(const std::string& in, const std::string& out, DType target,
     }
     const gguf::TensorInfo* info = &t;
     DSPARK_TRY(w.AddTensorLazy(t.name, type, t.ne, [info, type](uint8_t* dst) {
-      const int64_t cols = info->ne[0], rows = info->Rows();
-      std::vector<float> row(cols);
-      for (int64_t i = 0; i < rows; ++i) {
-        ops::DequantizeRow(info->type, info->data + i * RowBytes(info->type, cols), row.data(), cols);
-        ops::QuantizeRow(type, row.data(), dst + i * RowBytes(type, cols), cols);
-      }
+      ReencodeMatrix(ops::WeightView{info->data, info->type, info->Rows(), info->ne[0]}, type, dst);
     }));
     ++r.converted;
   }

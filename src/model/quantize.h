@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "kernels/ops.h"
 #include "util/dtype.h"
 #include "util/status.h"
 
@@ -20,6 +21,10 @@ struct QuantizeReport {
 
 // Types `dspark quantize` writes: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and F16.
 bool IsQuantizeTarget(DType type);
+
+// Re-encodes the rows x cols matrix `src` (row layout) as `type` into dst
+// (rows * RowBytes(type, cols) bytes); cols must be a multiple of type's block size.
+void ReencodeMatrix(const ops::WeightView& src, DType type, uint8_t* dst);
 
 // Writes `in` with its matrices in `type` to `out`. `progress(done, total)` gets bytes written.
 Status QuantizeFile(const std::string& in, const std::string& out, DType type, QuantizeReport* report,

@@ -93,7 +93,6 @@ void DflashForward::Inject(std::span<const DflashJob> jobs, ThreadPool& pool) {
 
   // g = RMSNorm_enc(fc · f [* fc.scale]), then each layer's K/V at each sequence's next positions.
   g_.resize(static_cast<size_t>(rows) * E);
-  kv_.resize(static_cast<size_t>(rows) * kv_dim);
   ops::MatMul(w.fc, feats, rows, g_.data(), pool);
   if (w.fc_scale != 1.0f) ops::Scale(w.fc_scale, static_cast<int64_t>(rows) * E, g_.data());
   RmsRows(g_.data(), w.enc_norm, c.rms_eps, rows, E, g_.data());
@@ -105,42 +104,27 @@ void DflashForward::Inject(std::span<const DflashJob> jobs, ThreadPool& pool) {
       for (int i = 0; i < job.n_ctx_rows; ++i, ++r)
         rope_.Angles(job.context->length() + i, cos_.data() + r * half, sin_.data() + r * half);
   }
-  if (w.layers[0].wkv.rows > 0) {
-    k_.resize(static_cast<size_t>(rows) * kv_dim);
-    v_.resize(static_cast<size_t>(rows) * kv_dim);
-    fused_.resize(static_cast<size_t>(rows) * 2 * kv_dim);
-  }
+  k_.resize(static_cast<size_t>(rows) * kv_dim);
+  v_.resize(static_cast<size_t>(rows) * kv_dim);
+  fused_.resize(static_cast<size_t>(rows) * 2 * kv_dim);
   for (int il = 0; il < c.n_layer; ++il) {
     const DflashLayer& L = w.layers[il];
     // K and V of the new rows: one fused MatMul where packed, else one each.
-    float* k_rows = kv_.data();
-    const float* v_rows = nullptr;
     if (L.wkv.rows > 0) {
       ops::MatMul(L.wkv, g_.data(), rows, fused_.data(), pool);
       ops::SplitColumns(fused_.data(), rows, {{kv_dim, k_.data()}, {kv_dim, v_.data()}});
-      k_rows = k_.data();
-      v_rows = v_.data();
     } else {
-      ops::MatMul(L.wk, g_.data(), rows, kv_.data(), pool);
+      ops::MatMul(L.wk, g_.data(), rows, k_.data(), pool);
+      ops::MatMul(L.wv, g_.data(), rows, v_.data(), pool);
     }
     int r = 0;
     for (const DflashJob& job : jobs) {
       KvCache& cache = job.context->cache_;
       for (int i = 0; i < job.n_ctx_rows; ++i, ++r) {
-        float* k = k_rows + static_cast<size_t>(r) * kv_dim;
+        float* k = k_.data() + static_cast<size_t>(r) * kv_dim;
         NormRope(rope_, cos_.data() + r * half, sin_.data() + r * half, L.k_norm, c.rms_eps, c.n_head_kv, c.head_dim, k);
-        cache.WriteK(il, 0, cache.Length(0) + i, k);
+        cache.Write(il, 0, cache.Length(0) + i, k, v_.data() + static_cast<size_t>(r) * kv_dim);
       }
-    }
-    if (v_rows == nullptr) {
-      ops::MatMul(L.wv, g_.data(), rows, kv_.data(), pool);
-      v_rows = kv_.data();
-    }
-    r = 0;
-    for (const DflashJob& job : jobs) {
-      KvCache& cache = job.context->cache_;
-      for (int i = 0; i < job.n_ctx_rows; ++i, ++r)
-        cache.WriteV(il, 0, cache.Length(0) + i, v_rows + static_cast<size_t>(r) * kv_dim);
     }
   }
   for (const DflashJob& job : jobs) job.context->cache_.Advance(0, job.n_ctx_rows);

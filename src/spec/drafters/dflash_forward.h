@@ -74,7 +74,7 @@ class DflashForward {
   const DflashModel& model_;
   Rope rope_;
   // Scratch, reused across calls.
-  std::vector<float> feats_, g_, kv_, x_, h_, q_, k_, v_, att_, tmp_, gate_, up_, cos_, sin_, hidden_, logits_, fused_;
+  std::vector<float> feats_, g_, x_, h_, q_, k_, v_, att_, tmp_, gate_, up_, cos_, sin_, hidden_, logits_, fused_;
   // causal_[n]: the [n][n] causal mask of an n-row block of a causal drafter (blocks of one pass
   // may differ in length; ops::Attention reads a job's mask with its own row stride).
   std::vector<std::vector<uint8_t>> causal_;

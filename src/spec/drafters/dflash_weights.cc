@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "model/quantize.h"
 #include "util/log.h"
 
 namespace dspark {
@@ -305,15 +306,9 @@ Result<std::unique_ptr<DflashModel>> DflashModel::FromFile(std::shared_ptr<const
   bool own_head = false;
   if (out == nullptr && Info(own_type).quantized && !Info(w.output.type).quantized &&
       w.output.cols % Info(own_type).block_size == 0 && ops::CanQuantize(own_type)) {
-    const int64_t rows = w.output.rows, cols = w.output.cols;
-    const size_t src_row = RowBytes(w.output.type, cols), dst_row = RowBytes(own_type, cols);
-    m->own_head_.resize(static_cast<size_t>(rows) * dst_row);
-    std::vector<float> row(cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      ops::DequantizeRow(w.output.type, static_cast<const uint8_t*>(w.output.data) + r * src_row, row.data(), cols);
-      ops::QuantizeRow(own_type, row.data(), m->own_head_.data() + r * dst_row, cols);
-    }
-    w.output = ops::WeightView{m->own_head_.data(), own_type, rows, cols};
+    m->own_head_.resize(static_cast<size_t>(w.output.rows) * RowBytes(own_type, w.output.cols));
+    ReencodeMatrix(w.output, own_type, m->own_head_.data());
+    w.output = ops::WeightView{m->own_head_.data(), own_type, w.output.rows, w.output.cols};
     own_head = true;
   }
   if (options.repack) {
