@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "sampling/sampling.h"
 #include "util/status.h"
+#include "util/thread_pool.h"
 
 namespace dspark {
 
@@ -93,6 +95,13 @@ class Drafter {
   }
   // The request on `seq` ended.
   virtual void End(int seq) {}
+
+  // Keeps a thread pool the drafter runs on (--threads-draft) alive as long as the drafter: a base
+  // member is destroyed after everything of the derived drafter that uses it.
+  void AdoptPool(std::unique_ptr<ThreadPool> pool) { own_pool_ = std::move(pool); }
+
+ private:
+  std::unique_ptr<ThreadPool> own_pool_;
 };
 
 }  // namespace dspark

@@ -339,6 +339,31 @@ TEST_F(Lossless, FailingDrafterFallsBackToPlainWithoutLosingTokens) {
   EXPECT_EQ(r.stats.num_fallbacks, 1);
 }
 
+TEST_F(Lossless, DraftModelOnItsOwnThreadPoolDraftsTheSameTokens) {
+  // --threads-draft: the factory gives the drafter a pool of its own (here 1 and 3 threads against
+  // the target's 2); drafts, and so the output and every statistic, equal the shared pool's.
+  const auto prompt = Prompt(0);
+  const auto want = ReferenceGreedy(*target_.model, pool_, prompt, 40, 256);
+  DrafterConfig cfg;
+  cfg.type = "draft-simple";
+  cfg.draft_model = other_path_;
+  std::vector<GenerateResult> results;
+  for (int threads : {0, 1, 3}) {
+    cfg.threads = threads;
+    auto d = CreateDrafter(cfg, *target_.model, *target_.tok, pool_, 256);
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    results.push_back(Run(d->get(), prompt, 40, 4));
+    EXPECT_EQ(results.back().ids, want) << threads;
+    EXPECT_EQ(results.back().stats.num_accepted_tokens, results.front().stats.num_accepted_tokens) << threads;
+    EXPECT_EQ(results.back().stats.num_draft_tokens, results.front().stats.num_draft_tokens) << threads;
+  }
+  EXPECT_GT(results.front().stats.num_draft_tokens, 0);
+  cfg.threads = -1;
+  auto bad = CreateDrafter(cfg, *target_.model, *target_.tok, pool_, 256);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--threads-draft"), std::string::npos);
+}
+
 TEST_F(Lossless, MismatchedVocabularyIsRefusedNamingTheToken) {
   SynthSpec spec = testing::TinySpec("qwen3", DType::kF32, 280);
   const std::string small = testing::WriteTiny(spec, "lossless_smallvocab");  // 20 tokens fewer: padding, accepted

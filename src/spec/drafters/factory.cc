@@ -23,6 +23,10 @@ Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, cons
     return std::unique_ptr<Drafter>(
         new SyntheticDrafter(config.synthetic_reference, target.config().n_vocab, config.synthetic_accept));
   }
+  if (config.threads < 0) return InvalidArgument("spec: --threads-draft must be >= 0, got {}", config.threads);
+  std::unique_ptr<ThreadPool> own_pool;
+  if (config.threads > 0 && config.threads != pool.num_threads()) own_pool = std::make_unique<ThreadPool>(config.threads);
+  ThreadPool& draft_pool = own_pool ? *own_pool : pool;
   if (config.type == "draft-simple") {
     if (config.draft_model.empty()) return InvalidArgument("spec: --spec-type draft-simple needs -md DRAFT.gguf");
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> file, gguf::File::Open(config.draft_model));
@@ -30,8 +34,9 @@ Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, cons
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Model> draft, Model::FromFile(shared, ModelOptions{config.repack}));
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> draft_vocab, Tokenizer::FromGguf(*shared));
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DraftModelDrafter> d,
-                            DraftModelDrafter::Create(std::move(draft), *draft_vocab, target_vocab, pool, n_ctx,
+                            DraftModelDrafter::Create(std::move(draft), *draft_vocab, target_vocab, draft_pool, n_ctx,
                                                       config.max_draft, config.n_seq));
+    d->AdoptPool(std::move(own_pool));
     return std::unique_ptr<Drafter>(std::move(d));
   }
   if (config.type == "draft-dspark" || config.type == "draft-dflash") {
@@ -41,8 +46,9 @@ Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, cons
     o.need_confidence = o.kind == BlockDraftKind::kDSpark && config.p_min > 0;
     o.repack = config.repack;
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DflashModel> m, DflashModel::Load(config.draft_model, target, target_vocab, o));
-    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DSparkDrafter> d, DSparkDrafter::Create(std::move(m), o.kind, pool, n_ctx,
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DSparkDrafter> d, DSparkDrafter::Create(std::move(m), o.kind, draft_pool, n_ctx,
                                                                                     config.dspark_full_block));
+    d->AdoptPool(std::move(own_pool));
     return std::unique_ptr<Drafter>(std::move(d));
   }
   std::string known;

@@ -21,6 +21,10 @@ struct DrafterConfig {
   NgramOptions ngram;
   double synthetic_accept = 0.8;
   std::vector<int32_t> synthetic_reference;  // prompt + the target's plain output
+  // Threads of a model drafter's own pool (-td/--threads-draft); 0 or the target's count: share
+  // the target's pool. A drafter too small to split over cores drafts faster alone: every
+  // parallel loop of its forward pass hands work to the other threads and waits for them.
+  int threads = 0;
   bool repack = true;          // pack draft weights for this CPU's kernels (ModelOptions::repack)
   // draft-dspark/draft-dflash: run the whole trained block every step (llama.cpp's behaviour)
   // instead of only the rows the step's budget needs.
