@@ -1,10 +1,16 @@
 """The training corpus: the Python standard library of the interpreter running the toolkit.
 
-Every Debian 12 machine has the same /usr/lib/python3.11 (libpython3.11-stdlib), so the corpus is
-reproducible without a download. Files are assigned to train/val/test by a hash of their relative
-path, so the split does not depend on file order or on which files happen to exist.
+Debian 12 ships /usr/lib/python3.11 in parts: libpython3.11-stdlib (668 files) and
+libpython3.11-testsuite (the `test` package and the modules' own test folders, 975 files), which
+tools/train/install-deps.sh installs, so the corpus is reproducible without a download. Files are
+assigned to train/val/test by a hash of their relative path, so the split does not depend on file
+order or on which files happen to exist: adding a package adds files to every split and moves none.
 
     /usr/bin/python3 tools/train/corpus.py --write-manifest   # writes models/corpus-manifest.tsv
+
+DSPARK_CORPUS_MANIFEST=FILE restricts the corpus to the paths a manifest lists:
+models/corpus-manifest-v1.tsv is the stdlib without the testsuite package, on which the tokenizer
+and the target's first phase were trained.
 """
 import argparse
 import hashlib
@@ -31,15 +37,25 @@ def split_of(relpath: str) -> str:
     return "val" if h < 98 else "test"
 
 
-def list_files(root: Path = None):
-    """Sorted relative paths of all *.py files under the stdlib, without third-party packages."""
+def restricting_manifest():
+    """The manifest named by DSPARK_CORPUS_MANIFEST, or None (the whole stdlib)."""
+    p = os.environ.get("DSPARK_CORPUS_MANIFEST")
+    return Path(p) if p else None
+
+
+def list_files(root: Path = None, manifest: Path = None):
+    """Sorted relative paths of all *.py files under the stdlib, without third-party packages
+    (only those `manifest` or else DSPARK_CORPUS_MANIFEST lists, when given)."""
     root = root or stdlib_root()
+    only = manifest or restricting_manifest()
+    only = {line.split("\t")[0] for line in only.read_text().splitlines()} if only else None
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in ("site-packages", "dist-packages", "__pycache__"))
         for f in filenames:
-            if f.endswith(".py"):
-                out.append(os.path.relpath(os.path.join(dirpath, f), root))
+            rel = os.path.relpath(os.path.join(dirpath, f), root)
+            if f.endswith(".py") and (only is None or rel in only):
+                out.append(rel)
     return sorted(out)
 
 
@@ -59,6 +75,13 @@ def build_manifest(root: Path = None):
     return rows
 
 
+def split_digest(split: str, root: Path = None) -> str:
+    """sha256 over the (path, content sha256) rows of one split: token caches are keyed by it, so
+    a changed corpus (another Python build, an added stdlib package) never reuses stale ids."""
+    rows = "".join(f"{r}\t{d}\n" for r, d, s in build_manifest(root) if s == split)
+    return hashlib.sha256(rows.encode()).hexdigest()
+
+
 def write_manifest(path: Path = MANIFEST, root: Path = None) -> str:
     rows = build_manifest(root)
     text = "".join(f"{r}\t{d}\t{s}\n" for r, d, s in rows)
@@ -67,15 +90,16 @@ def write_manifest(path: Path = MANIFEST, root: Path = None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def documents(split: str, root: Path = None):
-    """[(relpath, text)] of one split, in sorted path order."""
+def documents(split: str, root: Path = None, manifest: Path = None):
+    """[(relpath, text)] of one split, in sorted path order (of `manifest`'s files, when given)."""
     assert split in SPLITS
     root = root or stdlib_root()
-    return [(rel, read_text(root, rel)) for rel in list_files(root) if split_of(rel) == split]
+    return [(rel, read_text(root, rel)) for rel in list_files(root, manifest) if split_of(rel) == split]
 
 
-def check_manifest(path: Path = MANIFEST, root: Path = None):
-    """Raise if this machine's stdlib differs from the committed manifest."""
+def check_manifest(path: Path = None, root: Path = None):
+    """Raise if this machine's stdlib differs from the committed manifest (or the restricting one)."""
+    path = path or restricting_manifest() or MANIFEST
     want = path.read_text()
     rows = build_manifest(root)
     have = "".join(f"{r}\t{d}\t{s}\n" for r, d, s in rows)

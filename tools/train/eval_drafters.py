@@ -52,8 +52,14 @@ def load_dspark(path):
     return m.eval()
 
 
-def prompts_and_continuations(target, n_prompts, prompt_len, gen_len):
-    val, _ = tok.load_cache("val")
+def val_stream(manifest=None):
+    """The validation split's token stream; with a manifest, of that manifest's validation files
+    (e.g. the earlier corpus, models/corpus-manifest-v1.tsv), tokenised here."""
+    return tok.load_cache("val")[0] if manifest is None else tok.encode_split("val", Path(manifest))[0]
+
+
+def prompts_and_continuations(target, n_prompts, prompt_len, gen_len, manifest=None):
+    val = val_stream(manifest)
     starts = np.linspace(0, len(val) - prompt_len - 1, n_prompts).astype(int)
     seqs = []
     for s in starts:
@@ -152,10 +158,12 @@ def main():
     ap.add_argument("--draft-n", type=int, default=5, help="draft length of the draft model")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--val-manifest", default=None,
+                    help="prompts from the validation files of this manifest (recorded as offline_eval_<manifest stem>)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     target = teacher_mod.load_target(a.target)
-    seqs = prompts_and_continuations(target, a.n_prompts, a.prompt_len, a.gen_len)
+    seqs = prompts_and_continuations(target, a.n_prompts, a.prompt_len, a.gen_len, a.val_manifest)
     res = {}
     if a.draft:
         draft = teacher_mod.load_target(a.draft)
@@ -171,11 +179,15 @@ def main():
     # A bundled drafter's summary (models/ref-*.json next to its GGUF) keeps its latest evaluation,
     # which the model card shows.
     setting = {"split": "val", "n_prompts": a.n_prompts, "prompt_len": a.prompt_len, "gen_len": a.gen_len}
+    record_key = "offline_eval"
+    if a.val_manifest:
+        setting["manifest"] = Path(a.val_manifest).name
+        record_key = "offline_eval_" + Path(a.val_manifest).stem
     for key, path, extra in (("draft", a.draft, {"draft_n": a.draft_n}), ("dspark", a.dspark, {})):
         summary = Path(path).with_suffix(".json") if path and str(path).endswith(".gguf") else None
         if key in res and summary is not None and summary.exists():
             s = json.loads(summary.read_text())
-            s["offline_eval"] = {**setting, **extra, **res[key]}
+            s[record_key] = {**setting, **extra, **res[key]}
             summary.write_text(json.dumps(s, indent=1) + "\n")
             print("recorded in", summary)
 

@@ -57,6 +57,9 @@ def main():
     ap.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="fp32",
                     help="precision of the validation pass (fp32: closest to the engine)")
     ap.add_argument("--n-samples", type=int, default=10)
+    ap.add_argument("--val-also", default=str(MANIFEST.parent / "corpus-manifest-v1.tsv"),
+                    help="also measure the validation files of this manifest (the earlier corpus, without "
+                         "the testsuite package; '' to skip)")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     dev, amp = tu.setup_device(a.threads, a.dtype)
@@ -73,6 +76,14 @@ def main():
     val, val_chars = tok.load_cache("val")
     vt, vc = evaluate(model, val, val_chars, dev, amp, cfg.n_ctx)
     print(f"val {vt:.4f} nats/token, {vc:.4f} nats/char ({time.time() - t0:.0f}s)", flush=True)
+    also = None
+    if a.val_also:
+        # The same measure on the validation files of another manifest (run in one stream, as above).
+        ids, chars = tok.encode_split("val", Path(a.val_also), sp)
+        at, ac = evaluate(model, ids, chars, dev, amp, cfg.n_ctx)
+        also = {"manifest": Path(a.val_also).name, "manifest_sha256": sha256_file(Path(a.val_also)),
+                "nats_per_token": round(at, 4), "nats_per_char": round(ac, 4), "tokens": int(len(ids)), "chars": chars}
+        print(f"val of {also['manifest']}: {at:.4f} nats/token, {ac:.4f} nats/char", flush=True)
 
     extra = {
         "dspark.train.tokens": (gw.UINT64, ck["tokens"]),
@@ -95,6 +106,7 @@ def main():
         "val_nats_per_token": round(vt, 4), "val_nats_per_char": round(vc, 4),
         "val_tokens": int(len(val)), "val_chars": val_chars, "val_precision": "bf16" if amp else "fp32",
         "corpus_manifest_sha256": sha256_file(MANIFEST), "tokenizer_sha256": tok.model_sha256(),
+        **({"val_also": also} if also else {}),
         "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     if a.n_samples:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Dependencies of the training toolkit (not needed by the C++ build or `make test`).
 set -euo pipefail
-PKGS=(python3-torch python3-numpy python3-sentencepiece libopenblas0-pthread python3-tqdm)
+# libpython3.11-testsuite: the half of the stdlib Debian ships apart (the corpus, see corpus.py).
+PKGS=(python3-torch python3-numpy python3-sentencepiece libopenblas0-pthread python3-tqdm libpython3.11-testsuite)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -18,12 +18,18 @@ HEADER = """# Reference model family
 
 Trained by `tools/train/` (see `tools/train/README.md`) on the Python 3.11 standard library
 (`/usr/lib/python3.11/**/*.py` of Debian 12, no site-/dist-packages), split by a hash of each
-file's path: 96 % train, 2 % validation, 2 % test. Everything here is reproducible from the
-commands below; the corpus manifest and the tokenizer pin the exact data.
+file's path: 96 % train, 2 % validation, 2 % test. Debian ships that stdlib in two packages:
+libpython3.11-stdlib (668 files, 3.3 M tokens) and libpython3.11-testsuite (its `test` package and
+the modules' test folders, 975 more files); the corpus has both (1,643 files: train 9.27 M tokens,
+validation 160 k, test 147 k). The tokenizer and the target's first phase were trained on the
+first package alone (`corpus-manifest-v1.tsv`); the hash split keeps every file of it in its split.
+Everything here is reproducible from the commands below; the corpus manifests and the tokenizer
+pin the exact data.
 
 | file | what |
 |---|---|
 | `corpus-manifest.tsv` | relative path, sha256, split of every corpus file |
+| `corpus-manifest-v1.tsv` | the same for the earlier corpus (libpython3.11-stdlib alone) |
 | `ref-tokenizer.model` | SentencePiece BPE, 4096 pieces, byte fallback, `<mask>` = 3 |
 | `ref-target.gguf` | the target, qwen3, F16 weights / F32 norms, tied embeddings |
 | `ref-draft.gguf` | draft model for `draft-simple` (distilled from the target) |
@@ -77,6 +83,12 @@ Validation: {t['val_nats_per_token']:.4f} nats/token, {t['val_nats_per_char']:.4
 in {t.get('val_precision', 'fp32')}).
 Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
 """)
+        also = t.get("val_also")
+        if also:
+            out.append(f"On the validation files of `{also['manifest']}` alone: {also['nats_per_token']:.4f} "
+                       f"nats/token, {also['nats_per_char']:.4f} nats/char ({also['tokens']} tokens).\n")
+        if t.get("notes"):
+            out.append(f"\n{t['notes']}\n")
         if t["val_nats_per_token"] > QUALITY_BAR:
             # The schedule ends on a whole step, up to one step short of total_tokens.
             done = a.get('total_tokens') and t['tokens'] + a.get('tokens_per_step', 0) > a['total_tokens']
@@ -116,6 +128,13 @@ Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
                     out.append(f", weighted by the drafts reaching each position "
                                f"{ev['confidence_weighted_abs_err']:.3f}")
                 out.append(".")
+            for key, ev1 in sorted((s or {}).items()):
+                if key.startswith("offline_eval_") and isinstance(ev1, dict):
+                    out.append(f" On the validation files of `{ev1.get('manifest', key)}` ({ev1['n_prompts']} prompts): "
+                               f"τ = {ev1['tau']:.2f}; acceptance per position "
+                               f"{', '.join(f'{x:.2f}' for x in ev1['accept_rate_per_position'])}"
+                               + (f"; confidence error {ev1['confidence_mean_abs_err']:.3f}"
+                                  if "confidence_mean_abs_err" in ev1 else "") + ".")
             out.append("\n")
     out.append("""
 ## Reproduce
@@ -123,15 +142,13 @@ Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
 ```sh
 tools/train/install-deps.sh
 /usr/bin/python3 tools/train/corpus.py --check            # the stdlib here matches the manifest
-/usr/bin/python3 tools/train/tokenizer.py train           # models/ref-tokenizer.model
-/usr/bin/python3 tools/train/tokenizer.py encode          # token caches in $DSPARK_TRAIN_DIR
-tools/train/launch_target.sh                              # background, resumable (hours on CPU)
-/usr/bin/python3 tools/train/export_target.py             # models/ref-target.gguf + .json
-/usr/bin/python3 tools/train/model_card.py                # this file
-tools/train/launch_pipeline.sh target-data draft dspark eval  # target data, draft model, DSpark drafter, offline tau (background)
-/usr/bin/python3 tools/train/export_golden.py --dspark models/ref-dspark.gguf   # goldens of both
+tools/train/pipeline.sh data                              # tokenizer (phase-1 corpus) + token caches
+tools/train/launch_pipeline.sh                            # background, resumable (hours on CPU):
+#   target phase 1 -> export -> target data -> draft model and DSpark phases 1-3 (phase-1 corpus),
+#   target phase 2 (whole stdlib) -> export -> greedy data -> both drafters for it -> eval
 make drafters                                             # build/models/ref-*-q8_0.gguf
 ```
+Each stage is one command of `tools/train/pipeline.sh` (listed in `tools/train/README.md`).
 """)
     (MODELS_DIR / "README.md").write_text("".join(out))
     print("wrote", MODELS_DIR / "README.md")

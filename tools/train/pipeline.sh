@@ -1,24 +1,38 @@
 #!/usr/bin/env bash
-# The whole reference-model pipeline, one stage per argument (see tools/train/README.md):
+# The whole reference-model pipeline, one stage per argument (see tools/train/README.md). The
+# committed models went through two corpora: phase 1 (tokenizer, target, first drafters) on
+# libpython3.11-stdlib alone (models/corpus-manifest-v1.tsv), phase 2 on the whole stdlib
+# including libpython3.11-testsuite (models/corpus-manifest.tsv). In order:
 #   tools/train/pipeline.sh data              corpus check + tokenizer + token caches
-#   tools/train/pipeline.sh target            start/resume the target in the background
+#   tools/train/pipeline.sh target            phase 1: start/resume the target in the background
 #   tools/train/pipeline.sh target-wait       wait for a background target run, then finish it here
-#   tools/train/pipeline.sh export-target     models/ref-target.gguf + golden outputs + model card
-#   tools/train/pipeline.sh target-data       the target's own continuations (if missing)
-#   tools/train/pipeline.sh draft             distil the draft model (corpus, then target data), export
-#   tools/train/pipeline.sh dspark            DSpark drafter on the target data, export (foreground)
-#   tools/train/pipeline.sh eval              offline tau of both drafters
+#   tools/train/pipeline.sh export-target     models/ref-target.gguf (the latest phase) + golden outputs + model card
+#   tools/train/pipeline.sh target-data       phase 1: the target's own continuations (if missing)
+#   tools/train/pipeline.sh draft             phase 1: distil the draft model (corpus, then target data), export
+#   tools/train/pipeline.sh dspark            phase 1: DSpark drafter on the target data, export (foreground)
+#   tools/train/pipeline.sh target-2          phase 2: the target warm-started on the whole stdlib
+#   tools/train/pipeline.sh export-target     (again) the phase-2 target
+#   tools/train/pipeline.sh target-data-2     phase 2: greedy continuations of the phase-2 target
+#   tools/train/pipeline.sh drafters-2        phase 2: both drafters warm-started for the phase-2 target, export
+#   tools/train/pipeline.sh eval              offline tau of both drafters (both validation sets)
 #   tools/train/pipeline.sh test              unit tests of the toolkit
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=/usr/bin/python3
 T=tools/train
 TD="${DSPARK_TRAIN_DIR:-/work/dspark-train}"
+V1=models/corpus-manifest-v1.tsv
+v1() { DSPARK_CORPUS_MANIFEST=$V1 "$@"; }
 for stage in "$@"; do
+  # Phase-1 stages see the earlier corpus only (corpus windows, prompts of the target data).
+  case "$stage" in
+    target|target-wait|target-data|draft|dspark) export DSPARK_CORPUS_MANIFEST=$V1 ;;
+    *) unset DSPARK_CORPUS_MANIFEST ;;
+  esac
   case "$stage" in
     data)
       $PY $T/corpus.py --check
-      [ -f models/ref-tokenizer.model ] || $PY $T/tokenizer.py train
+      [ -f models/ref-tokenizer.model ] || v1 $PY $T/tokenizer.py train
       $PY $T/tokenizer.py stats ;;   # builds missing or stale token caches
     target) $T/launch_target.sh ;;
     target-wait)
@@ -30,7 +44,8 @@ for stage in "$@"; do
       fi
       nice -n 19 $PY $T/train_target.py --resume ;;
     export-target)
-      $PY $T/export_target.py
+      if [ -f "$TD/target-v2/ckpt.pt" ]; then $PY $T/export_target.py --ckpt "$TD/target-v2/ckpt.pt"
+      else v1 $PY $T/export_target.py; fi
       $PY $T/llama_spm.py models/ref-target.gguf val
       $PY $T/export_golden.py
       $PY $T/model_card.py ;;
@@ -72,8 +87,31 @@ for stage in "$@"; do
         $PY $T/export_dspark.py
       fi
       $PY $T/model_card.py ;;
+    target-2)
+      # Phase 2: the whole stdlib (2.8x the train tokens of phase 1, which the target had seen ~5
+      # times), warm-started from the phase-1 export with a fresh optimizer: 16 M -> 20 M tokens.
+      nice -n 19 $PY $T/train_target.py --out "$TD/target-v2" --init-from models/ref-target.gguf \
+        --total-tokens 20e6 --resume ;;
+    target-data-2)
+      $PY $T/gen_target_data.py --engine build/bin/dspark --out "$TD/target2-gen-greedy" --n-seqs 8192 --batch 64 \
+        --seed 21 --temperature 0 ;;
+    drafters-2)
+      # Both drafters warm-started for the phase-2 target. The phase-1 continuations stay in the pool:
+      # the teacher's distributions (draft KL, DSpark TV) are computed online by the phase-2 target;
+      # its own greedy continuations count twice.
+      POOL="$TD/target2-gen-greedy,$TD/target2-gen-greedy,$TD/target-gen-greedy,$TD/target-gen-greedy-2,$TD/target-gen-2"
+      nice -n 19 $PY $T/train_draft.py --init "$TD/draft-v2/ckpt.pt" --out "$TD/draft-v3" --data "$POOL" \
+        --gen-frac 0.8 --lr 5e-4 --min-lr 5e-5 --warmup-steps 30 --total-tokens 2.5e6 --eval-every 1000 --resume
+      $PY $T/export_draft.py --ckpt "$TD/draft-v3/ckpt.pt"
+      nice -n 19 $PY $T/train_dspark.py --init "$TD/dspark-v3/ckpt.pt" --out "$TD/dspark-v5" --data "$POOL" \
+        --steps 1500 --lr 3e-4 --resume
+      $PY $T/export_dspark.py --ckpt "$TD/dspark-v5/ckpt.pt"
+      $PY $T/export_golden.py --dspark models/ref-dspark.gguf
+      $PY $T/model_card.py ;;
     eval)
       $PY $T/eval_drafters.py --draft models/ref-draft.gguf --dspark models/ref-dspark.gguf --n-prompts 64
+      $PY $T/eval_drafters.py --draft models/ref-draft.gguf --dspark models/ref-dspark.gguf --n-prompts 64 \
+        --val-manifest $V1
       $PY $T/model_card.py ;;
     test) $PY -m unittest discover -s $T/tests -t $T ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;

@@ -95,6 +95,18 @@ def encode_doc(sp, text: str):
     return [BOS_ID] + sp.encode(text) + [EOS_ID]
 
 
+def encode_split(split: str, manifest: Path = None, sp=None):
+    """([BOS] doc [EOS] of every document of the split concatenated, as uint16; its characters).
+    With `manifest`, of the files that manifest lists (corpus.documents)."""
+    sp = sp or load()
+    ids = []
+    chars = 0
+    for _, text in corpus.documents(split, manifest=manifest):
+        ids.extend(encode_doc(sp, text))
+        chars += len(text)
+    return np.asarray(ids, dtype=np.uint16), chars
+
+
 def cache_path(split: str) -> Path:
     return train_dir() / f"tokens-{split}.bin"
 
@@ -102,20 +114,14 @@ def cache_path(split: str) -> Path:
 def build_cache(split: str, sp=None) -> Path:
     """Concatenate [BOS] doc [EOS] for every document of the split into a uint16 file.
 
-    The cache is keyed by the tokenizer's hash (stored alongside) so a retrained tokenizer
-    never silently reuses stale ids."""
-    sp = sp or load()
-    ids = []
-    chars = 0
-    for _, text in corpus.documents(split):
-        ids.extend(encode_doc(sp, text))
-        chars += len(text)
-    arr = np.asarray(ids, dtype=np.uint16)
+    The cache is keyed by the tokenizer's hash and the split's corpus digest (stored alongside),
+    so neither a retrained tokenizer nor a changed corpus silently reuses stale ids."""
+    arr, chars = encode_split(split, sp=sp)
     p = cache_path(split)
     tmp = p.with_suffix(".tmp")
     arr.tofile(tmp)
     os.replace(tmp, p)
-    p.with_suffix(".meta").write_text(f"{model_sha256()} {len(arr)} {chars}\n")
+    p.with_suffix(".meta").write_text(f"{model_sha256()} {len(arr)} {chars} {corpus.split_digest(split)}\n")
     return p
 
 
@@ -123,9 +129,10 @@ def load_cache(split: str):
     """(uint16 token array, number of characters of the split's text); builds it if missing/stale."""
     p = cache_path(split)
     meta = p.with_suffix(".meta")
-    if not p.exists() or not meta.exists() or meta.read_text().split()[0] != model_sha256():
+    key = [model_sha256(), corpus.split_digest(split)]
+    if not p.exists() or not meta.exists() or meta.read_text().split()[0::3] != key:
         build_cache(split)
-    _, n, chars = meta.read_text().split()
+    _, n, chars, _ = meta.read_text().split()
     arr = np.fromfile(p, dtype=np.uint16)
     assert len(arr) == int(n)
     return arr, int(chars)
