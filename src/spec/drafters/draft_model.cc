@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/ops.h"
 #include "spec/batch_engine.h"
 
 namespace dspark {
@@ -165,11 +166,12 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
       int32_t tok;
       float prob;
       if (r.params.sampling.greedy()) {
+        // The argmax's probability, for p-min and the statistics: one vectorised softmax (a scalar
+        // exp per vocabulary entry cost ~15 us per draft token, a tenth of the draft forward).
         tok = Argmax(logits, n_vocab);
-        const float mx = logits[tok];
-        double z = 0;
-        for (int v = 0; v < n_vocab; ++v) z += std::exp(logits[v] - mx);
-        prob = static_cast<float>(1.0 / z);
+        q.assign(logits, logits + n_vocab);
+        ops::Softmax(q.data(), n_vocab);
+        prob = q[tok];
       } else {
         ComputeProbs(logits, n_vocab, r.params.sampling, &q);
         tok = SampleFromWeights(q, *r.rng);
