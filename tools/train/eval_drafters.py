@@ -76,8 +76,9 @@ class Stats:
         self.reached = np.zeros(n)
         self.accepted = np.zeros(n)
         self.conf_sum = np.zeros(n)
+        self.analytic_sum = np.zeros(n)
 
-    def add(self, drafts, truth, confs=None):
+    def add(self, drafts, truth, confs=None, analytic=None):
         a = 0
         while a < len(drafts) and drafts[a] == truth[a]:
             a += 1
@@ -86,6 +87,8 @@ class Stats:
             self.accepted[k] += k < a
             if confs is not None:
                 self.conf_sum[k] += confs[k]
+            if analytic is not None:
+                self.analytic_sum[k] += analytic[k]
         self.steps += 1
         self.committed += a + 1
         return a
@@ -106,6 +109,15 @@ class Stats:
             # that reached the position) says how far the head is off per verified slot.
             r["confidence_mean_abs_err"] = round(float(err[seen].mean()), 3)
             r["confidence_weighted_abs_err"] = round(float((err * self.reached)[seen].sum() / self.reached[seen].sum()), 3)
+            # What the head is trained to predict: the analytic acceptance 1 - TV(p_draft, p_target) of
+            # the slot (the acceptance probability of speculative sampling), here in the same reached
+            # slots. Greedy realised acceptance above is a different variable: a draft whose argmax
+            # matches is accepted whole, so it runs above the analytic value where both are peaked.
+            analytic = self.analytic_sum / np.maximum(1, self.reached)
+            aerr = np.abs(pred - analytic)
+            r["analytic_accept_per_position"] = [round(x, 3) for x in analytic]
+            r["confidence_analytic_abs_err_per_position"] = [round(x, 3) for x in aerr]
+            r["confidence_analytic_mean_abs_err"] = round(float(aerr[seen].mean()), 3)
         return r
 
 
@@ -115,12 +127,14 @@ def eval_dspark(target, drafter, seqs, n_draft):
     ids_l = drafter.c.target_layer_ids
     for p, y in seqs:
         s = p + y
-        _, tapped = target.hidden_states(torch.tensor([s]), taps=tuple(ids_l))
+        hidden, tapped = target.hidden_states(torch.tensor([s]), taps=tuple(ids_l))
         taps = torch.cat([tapped[l] for l in ids_l], -1).float()
+        p_target = target.logits_from_hidden(hidden)[0].float().softmax(-1)  # row i predicts s[i + 1]
         j = len(p)  # y[0] is the first target token: the first anchor
         while j + n_draft < len(s):
-            toks, confs, _ = drafter.draft(target.tok_embd.weight.float(), taps[:, :j], s[j], j, n_draft)
-            a = st.add(toks, s[j + 1:j + 1 + n_draft], confs)
+            toks, confs, z = drafter.draft(target.tok_embd.weight.float(), taps[:, :j], s[j], j, n_draft)
+            analytic = (1 - 0.5 * (z.softmax(-1) - p_target[j:j + n_draft]).abs().sum(-1)).tolist()
+            a = st.add(toks, s[j + 1:j + 1 + n_draft], confs, analytic)
             j += a + 1
     return st.report(with_conf=True)
 

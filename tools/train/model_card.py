@@ -127,7 +127,11 @@ Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
                 if "confidence_weighted_abs_err" in ev:
                     out.append(f", weighted by the drafts reaching each position "
                                f"{ev['confidence_weighted_abs_err']:.3f}")
-                out.append(".")
+                out.append(" (realised = greedy: the draft token equals the target's argmax).")
+                if "confidence_analytic_mean_abs_err" in ev:
+                    out.append(f" Against what the head is trained to predict, the analytic acceptance 1 − ½‖p_draft − "
+                               f"p_target‖₁ of the same slots ({', '.join(f'{x:.2f}' for x in ev['analytic_accept_per_position'])}): "
+                               f"mean |predicted − analytic| over positions {ev['confidence_analytic_mean_abs_err']:.3f}.")
             for key, ev1 in sorted((s or {}).items()):
                 if key.startswith("offline_eval_") and isinstance(ev1, dict):
                     out.append(f" On the validation files of `{ev1.get('manifest', key)}` ({ev1['n_prompts']} prompts): "
