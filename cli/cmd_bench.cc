@@ -173,7 +173,7 @@ Runner RegisterBench(CLI::App& app) {
   // Speculative sweep (--spec).
   sub->add_flag("--spec", *spec, "Plain decoding and a grid of speculative settings on the same prompts");
   sub->add_option("--model-draft,--md", sf->drafter.draft_model, "Draft model GGUF (draft-simple)");
-  sub->add_option("--threads-draft,--td", sf->drafter.threads, "Threads of a model drafter (draft-simple, draft-dspark); default: the target's pool")->check(CLI::Range(0, 1024));
+  sub->add_option("--threads-draft,--td", sf->drafter.threads, kThreadsDraftHelp)->check(CLI::Range(0, 1024));
   sub->add_option("--spec-type", sf->drafter.type, "draft-simple | draft-dspark | draft-dflash | ngram | synthetic")->capture_default_str();
   sub->add_option("--prompts", sf->prompts_file, "JSONL file of {\"prompt\": ...} objects");
   sub->add_option("--sweep", sf->sweeps, "Grid axis: n-max=3,5,7,9 | p-min=0,0.5 | n-min=0,2 | adaptive=0,1 | cost=0,1 (repeatable)");

@@ -158,7 +158,7 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("--min-p", f->min_p, "Min-p (0 = off)")->capture_default_str();
   sub->add_option("-s,--seed", f->seed, "Sampling seed")->capture_default_str();
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
-  sub->add_option("--threads-draft,--td", f->drafter.threads, "Threads of a model drafter (draft-simple, draft-dspark); default: the target's pool")->check(CLI::Range(0, 1024));
+  sub->add_option("--threads-draft,--td", f->drafter.threads, kThreadsDraftHelp)->check(CLI::Range(0, 1024));
   sub->add_option("-c,--ctx-size", f->ctx_size, "Context size (default: min(train context, 4096))");
   sub->add_option("--stop", f->stop, "Stop string (repeatable)");
   sub->add_flag("--json", f->json, "Print one JSON object with text, ids and stats");

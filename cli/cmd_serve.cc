@@ -132,7 +132,7 @@ Runner RegisterServe(CLI::App& app) {
       ->transform(CLI::CheckedTransformer(kCacheTypes, CLI::ignore_case))
       ->default_str("f16");
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
-  sub->add_option("--threads-draft,--td", f->drafter.threads, "Threads of a model drafter (draft-simple, draft-dspark); default: the target's pool")->check(CLI::Range(0, 1024));
+  sub->add_option("--threads-draft,--td", f->drafter.threads, kThreadsDraftHelp)->check(CLI::Range(0, 1024));
   sub->add_option("--api-key", f->server.api_key, "Require \"Authorization: Bearer KEY\" on every /v1 endpoint");
   sub->add_option("--max-queue", f->server.max_queue, "Requests waiting beyond --parallel before 429")->capture_default_str()->check(CLI::Range(0, 100000));
   sub->add_option("--max-body", f->server.max_body_bytes, "Largest request body in bytes (413 above)")->capture_default_str();

@@ -26,6 +26,10 @@ inline constexpr const char* kCacheTypeHelp = "KV cache element type: f16 (half 
 inline constexpr const char* kNoRepackHelp =
     "Keep weights in the file's row layout (skip repacking for this CPU's kernels: less memory, slower decode)";
 
+// The --threads-draft help text (generate, bench, serve).
+inline constexpr const char* kThreadsDraftHelp =
+    "Threads of a model drafter (draft-simple, draft-dspark); default: the target's pool";
+
 // -c/--ctx-size when given, else the model's training context capped at 4096.
 inline int ContextSize(int requested, const Model& model) {
   return requested > 0 ? requested : std::min(model.config().n_ctx_train, 4096);
