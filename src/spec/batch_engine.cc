@@ -110,7 +110,11 @@ BatchEngine::BatchEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& 
       cache_(target.config(), std::max(1, options.n_parallel), options.n_ctx, options.kv_type) {
   options_.n_parallel = std::max(1, options_.n_parallel);
   options_.prefill_chunk = std::max(1, options_.prefill_chunk);
-  if (drafter_ != nullptr) tap_layers_ = drafter_->Needs().target_tap_layers;
+  if (drafter_ != nullptr) {
+    const DrafterNeeds needs = drafter_->Needs();
+    tap_layers_ = needs.target_tap_layers;
+    options_.schedule.survival_stop = needs.stops_on_survival;
+  }
   slots_.resize(options_.n_parallel);
 }
 
@@ -304,12 +308,14 @@ Result<bool> BatchEngine::Step() {
     const int room = cache_.n_ctx() - cache_.Length(s.slot) - 1;
     if (!s.use_drafter || room <= 0) continue;
     const int remaining = s.options.max_new_tokens - static_cast<int>(s.result.stats.generated_tokens);
-    const int budget =
-        std::min(s.scheduler->Budget(room, SharedPass{decode_rows - 1, decode_tokens - 1, prompt_rows}, s.rows_behind),
-                 remaining);
+    const SharedPass shared{decode_rows - 1, decode_tokens - 1, prompt_rows};
+    const int budget = std::min(s.scheduler->Budget(room, shared, s.rows_behind), remaining);
     if (budget <= 0) continue;
-    decode_rows += budget;
-    for (double a : s.scheduler->MeasuredSurvival(budget)) decode_tokens += a;
+    // The rest of the pass counts on the length expected on average (a drafter that stops on
+    // survival is asked for more, and usually stops sooner).
+    const int planned = std::clamp(s.scheduler->planned(), 1, budget);
+    decode_rows += planned;
+    for (double a : s.scheduler->MeasuredSurvival(planned)) decode_tokens += a;
     s.asked_drafter = true;
     s.behind_at_draft = s.rows_behind;
     ProposeRequest r;
@@ -318,6 +324,8 @@ Result<bool> BatchEngine::Step() {
     r.params.budget = budget;
     r.params.sampling = s.options.sampling;
     r.params.p_min = options_.schedule.p_min;
+    r.params.min_survival = static_cast<float>(s.scheduler->MinSurvival(shared));
+    r.params.calibration = &s.scheduler->prob_calibration();
     r.rng = &s.draft_rng;
     requests.push_back(r);
     requester.push_back(i);
@@ -455,8 +463,8 @@ Result<bool> BatchEngine::Step() {
     st.RecordStep(s->k, vr.num_accepted, s->draft.survival);
     const int proposed = static_cast<int>(s->draft.tokens.size());
     if (proposed > 0) {
-      s->scheduler->Observe(proposed, s->k, vr.num_accepted, s->draft_ms, s->draft.survival, s->behind_at_draft);
-      learned_->Observe(proposed, s->k, vr.num_accepted, s->draft_ms, s->draft.survival, s->behind_at_draft);
+      s->scheduler->Observe(s->draft, s->k, vr.num_accepted, s->draft_ms, s->behind_at_draft);
+      learned_->Observe(s->draft, s->k, vr.num_accepted, s->draft_ms, s->behind_at_draft);
     }
     // A proposal (even one that came to nothing) brought the drafter up to date.
     s->rows_behind = s->asked_drafter ? 0 : s->rows_behind + static_cast<int>(vr.tokens.size());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sampling/sampling.h"
+#include "spec/prob_calibration.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
 
@@ -22,12 +23,21 @@ struct DrafterNeeds {
   // Draft.survival comes from a trained confidence head (worth scheduling on by default), not
   // from draft probabilities.
   bool confidence_head = false;
+  // Propose honours DraftParams::min_survival (a drafter that pays per drafted token: the
+  // adaptive scheduler then asks for up to the cap and lets each draft end where it stops paying).
+  bool stops_on_survival = false;
 };
 
 struct DraftParams {
   int budget = 8;                 // propose at most this many tokens
   SamplingParams sampling;        // the target's sampling; drafts are sampled from the same transforms
   float p_min = 0.0f;             // stop before the first token whose draft probability is below
+  // Adaptive scheduling (drafters with DrafterNeeds::stops_on_survival): stop after the first token
+  // at which the draft's predicted survival, the product of calibration->Acceptance(prob) over its
+  // tokens, falls below min_survival (the survival a slot needs to pay for its verification).
+  // 0 or no calibration: off.
+  float min_survival = 0.0f;
+  const ProbCalibration* calibration = nullptr;
 };
 
 struct Draft {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "spec/drafter.h"
+#include "spec/prob_calibration.h"
 
 namespace dspark {
 
@@ -27,6 +28,10 @@ struct ScheduleOptions {
   float p_min = 0.0f;  // confidence cut, passed to the drafter and applied to survival estimates
   bool adaptive = false;
   ScheduleMode mode = ScheduleMode::kCut;
+  // The drafter stops by itself once a draft stops paying (DrafterNeeds::stops_on_survival; the
+  // engine sets this): adaptive budgets then ask for up to the cap with a survival bar
+  // (MinSurvival) instead of one length for every draft.
+  bool survival_stop = false;
 };
 
 // Milliseconds of one target pass over `rows` rows (all sequences' anchors and draft tokens):
@@ -128,6 +133,15 @@ class DraftScheduler {
   // the pass. `behind_rows`: rows committed since the drafter last saw this sequence (0 when it
   // drafted the step before); drafting now costs their catch-up too.
   int Budget(int room, const SharedPass& pass = {}, int behind_rows = 0);
+  // The draft length the last Budget expects to verify on average (Budget itself may ask for more
+  // when the drafter stops on survival): what the rest of a batched pass should count on.
+  int planned() const { return planned_; }
+  // The predicted survival below which one more draft slot does not pay for its verification and
+  // drafting: the expected rate (tokens per ms) at the length that pays on average times the
+  // marginal cost of a row. 0 when the drafter does not stop on survival or drafting is not adaptive.
+  double MinSurvival(const SharedPass& pass = {}) const;
+  // Maps draft probabilities to acceptance (learnt in Observe from drafts that carry probs).
+  const ProbCalibration& prob_calibration() const { return prob_cal_; }
   // Whether drafting pays at all in such a pass (no probes, no state change). The engine asks the
   // engine-wide scheduler before paying for a drafter's prompt ingestion.
   bool Pays(const SharedPass& pass) const;
@@ -141,10 +155,14 @@ class DraftScheduler {
   // made drafting look dearer the longer it paused, and paused it for good).
   void Observe(int proposed, int verified, int accepted, double draft_ms,
                const std::vector<float>& survival = {}, int behind_rows = 0);
+  // The same for a whole draft: also calibrates acceptance against its draft probabilities.
+  void Observe(const Draft& draft, int verified, int accepted, double draft_ms, int behind_rows = 0);
 
   // Survival estimates of the first k slots of `draft`: the drafter's own (a confidence head),
   // rescaled per slot by realised / predicted survival so far (a head trained on other text or at
-  // another temperature is often off by a constant factor), else the acceptance measured so far.
+  // another temperature is often off by a constant factor); else the product of its tokens'
+  // calibrated acceptances (ProbCalibration) when it carries draft probabilities; else the
+  // acceptance measured so far.
   // Non-increasing, within [0, 1].
   std::vector<double> SurvivalOf(const Draft& draft, int k) const;
 
@@ -178,6 +196,8 @@ class DraftScheduler {
   std::vector<int> observed_;   // observations of position i so far
   // Decayed sums over verified slots of predicted survival and realised survival (0/1).
   std::vector<double> predicted_sum_, realised_sum_;
+  ProbCalibration prob_cal_;
+  int planned_ = 0;
   DraftCostModel draft_cost_;
   // This sequence's share (ms) of the plain passes since the last probe; a probe is due when it
   // reaches probe_ratio_ times the probe's cost. Accumulating per step (not counting steps against

@@ -3,7 +3,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <random>
+
 #include "spec/drafters/ngram.h"
+#include "spec/prob_calibration.h"
 #include "spec/scheduler.h"
 #include "spec/stats.h"
 
@@ -250,6 +254,76 @@ TEST(Scheduler, ConfidenceIsRecalibratedByRealisedSurvival) {
   EXPECT_NEAR(cal[2], 0.5, 0.1);
   for (int j = 1; j < 4; ++j) EXPECT_LE(cal[j], cal[j - 1]);
   EXPECT_LE(cal[3], cal[2]);
+}
+
+// Acceptance that follows logit(a) = 1.4 logit(p) + 1.2 (close to the bundled draft model's).
+double TrueAcceptance(double p) { return 1.0 / (1.0 + std::exp(-(1.4 * std::log(p / (1 - p)) + 1.2))); }
+
+TEST(ProbCalibration, StartsAtTheIdentityAndLearnsAMonotoneMapFromVerification) {
+  ProbCalibration c;
+  EXPECT_NEAR(c.Acceptance(0.3), 0.3, 1e-9);
+  EXPECT_NEAR(c.Acceptance(0.9), 0.9, 1e-9);
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int i = 0; i < 3000; ++i) {
+    const double p = 0.02 + 0.96 * unit(gen);
+    c.Observe(p, unit(gen) < TrueAcceptance(p));
+  }
+  for (double p : {0.1, 0.3, 0.5, 0.7, 0.9}) EXPECT_NEAR(c.Acceptance(p), TrueAcceptance(p), 0.06) << "p = " << p;
+  for (double p = 0.05; p < 0.95; p += 0.05) EXPECT_LT(c.Acceptance(p), c.Acceptance(p + 0.05));
+  // One-sided evidence (every token accepted) moves the map up without running away.
+  ProbCalibration sure;
+  for (int i = 0; i < 50; ++i) sure.Observe(0.5, true);
+  EXPECT_GT(sure.Acceptance(0.5), 0.9);
+  EXPECT_TRUE(std::isfinite(sure.Acceptance(0.01)));
+  EXPECT_LT(sure.Acceptance(0.01), sure.Acceptance(0.5));
+}
+
+TEST(Scheduler, DraftProbabilitiesGiveEachDraftItsOwnSurvivalAndLengthWhenTheDrafterStopsOnSurvival) {
+  ScheduleOptions o;
+  o.n_max = 8;
+  o.adaptive = true;
+  o.survival_stop = true;
+  // Verifying costs 1 ms plus 0.1 ms per extra row; drafting 0.05 ms per token.
+  DraftScheduler s(o, CostModel({1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8}));
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int step = 0; step < 400; ++step) {
+    Draft d;
+    for (int i = 0; i < 4; ++i) {
+      d.tokens.push_back(i);
+      d.probs.push_back(static_cast<float>(0.05 + 0.9 * unit(gen)));
+    }
+    int accepted = 0;
+    while (accepted < 4 && unit(gen) < TrueAcceptance(d.probs[accepted])) ++accepted;
+    s.Observe(d, 4, accepted, 0.2);
+  }
+  EXPECT_NEAR(s.prob_calibration().Acceptance(0.5), TrueAcceptance(0.5), 0.08);
+  // Drafting pays: the budget is the cap (the drafter stops where its draft stops paying), while
+  // the rest of a batched pass counts on the length that pays on average.
+  EXPECT_EQ(s.Budget(100), 8);
+  EXPECT_GT(s.planned(), 0);
+  EXPECT_LT(s.planned(), 8);
+  EXPECT_EQ(s.Budget(5), 5);  // never past the room left
+  // The bar a slot's survival must clear: the rate (~2 tokens per ms here) times a row's marginal
+  // cost (0.1 ms verifying + 0.05 ms drafting).
+  const double bar = s.MinSurvival();
+  EXPECT_GT(bar, 0.15);
+  EXPECT_LT(bar, 0.6);
+  // A confident draft keeps its slots, a doubtful one is cut where its survival drops.
+  Draft sure, doubtful;
+  sure.tokens = doubtful.tokens = {1, 2, 3, 4};
+  sure.probs = {0.99f, 0.98f, 0.97f, 0.95f};
+  doubtful.probs = {0.9f, 0.05f, 0.9f, 0.9f};
+  const std::vector<double> surv = s.SurvivalOf(sure, 4);
+  EXPECT_GT(surv[3], 0.9);
+  EXPECT_LT(s.SurvivalOf(doubtful, 4)[1], 0.1);
+  EXPECT_EQ(s.Cut(sure), 4);
+  EXPECT_EQ(s.Cut(doubtful), 1);
+  // Without survival stops (or not adaptive) the budget stays one length for every draft.
+  o.survival_stop = false;
+  DraftScheduler plain_budget(o, CostModel({1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8}));
+  EXPECT_DOUBLE_EQ(plain_budget.MinSurvival(), 0.0);
 }
 
 TEST(Scheduler, NewRequestsStartFromWhatEarlierRequestsLearnt) {

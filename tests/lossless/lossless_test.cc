@@ -148,6 +148,47 @@ TEST_F(Lossless, DraftModelIngestsThePromptBeforeItsFirstProposal) {
   EXPECT_EQ(c->tokens, a->tokens);
 }
 
+TEST_F(Lossless, DraftModelStopsWhereItsDraftsPredictedSurvivalFallsBelowTheBar) {
+  // With the identity calibration (no evidence yet) a draft's predicted survival is the product of
+  // its tokens' probabilities: the draft ends at the first token that takes it below the bar.
+  const auto prompt = Prompt(0);
+  auto d = DraftModel(other_path_, 256);
+  ASSERT_TRUE(d->Needs().stops_on_survival);
+  ProbCalibration identity;
+  int stopped_early = 0;
+  for (float bar : {0.9f, 0.5f, 0.2f, 0.05f}) {
+    for (int cut = 4; cut <= 12; ++cut) {
+      const std::vector<int32_t> context(prompt.begin(), prompt.begin() + cut);
+      DraftParams dp;
+      dp.budget = 8;
+      dp.min_survival = bar;
+      dp.calibration = &identity;
+      Rng rng(1);
+      ASSERT_TRUE(d->Begin(0).ok());
+      auto draft = d->Propose(0, context, dp, rng);
+      ASSERT_TRUE(draft.ok()) << draft.status().message();
+      ASSERT_FALSE(draft->tokens.empty());
+      double survival = 1.0;
+      for (size_t i = 0; i < draft->probs.size(); ++i) {
+        survival *= draft->probs[i];
+        if (i + 1 < draft->probs.size()) EXPECT_GE(survival, bar) << "token " << i << " bar " << bar;
+      }
+      if (draft->tokens.size() < 8) {
+        EXPECT_LT(survival, bar) << "bar " << bar;
+        ++stopped_early;
+      }
+      // Without the bar the same context drafts the full budget, starting with the same tokens.
+      DraftParams full = dp;
+      full.min_survival = 0;
+      auto whole = d->Propose(0, context, full, rng);
+      ASSERT_TRUE(whole.ok());
+      ASSERT_EQ(whole->tokens.size(), 8u);
+      EXPECT_TRUE(std::equal(draft->tokens.begin(), draft->tokens.end(), whole->tokens.begin()));
+    }
+  }
+  EXPECT_GT(stopped_early, 0);  // the rule was exercised
+}
+
 TEST_F(Lossless, NearlyFullContextStopsWhereReferenceStops) {
   const auto prompt = Prompt(1);
   const int n_ctx = static_cast<int>(prompt.size()) + 13;

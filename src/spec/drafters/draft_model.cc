@@ -95,6 +95,7 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
     size_t request;
     int budget;
     int logits_row;  // row of the last pass's logits that continues this draft
+    double survival = 1.0;  // predicted survival of the draft so far (DraftParams::min_survival)
   };
   std::vector<Active> active;
   Batch batch;
@@ -182,9 +183,15 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
       if (!r.params.sampling.greedy()) d.q.push_back(q);
       d.probs.push_back(prob);
       if (static_cast<int>(d.tokens.size()) == a.budget) continue;
+      // The token that drops the draft's predicted survival below the bar is kept (its cost is
+      // spent; the scheduler's cut decides whether it is verified), the next one is not drafted.
+      if (r.params.calibration != nullptr && r.params.min_survival > 0) {
+        a.survival *= r.params.calibration->Acceptance(prob);
+        if (a.survival < r.params.min_survival) continue;
+      }
       batch.Add(tok, static_cast<int>(r.context.size()) + step, r.seq, true);
       cached_[r.seq].push_back(tok);
-      still.push_back({a.request, a.budget, 0});
+      still.push_back({a.request, a.budget, 0, a.survival});
     }
     active.swap(still);
   }

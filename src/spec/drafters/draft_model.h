@@ -21,7 +21,12 @@ class DraftModelDrafter final : public Drafter {
                                                            const Tokenizer& target_vocab, ThreadPool& pool, int n_ctx,
                                                            int max_draft = 16, int n_seq = 1);
   std::string_view Name() const override { return "draft-model"; }
-  DrafterNeeds Needs() const override { return {{}, max_draft_}; }
+  DrafterNeeds Needs() const override {
+    DrafterNeeds n;
+    n.max_draft = max_draft_;
+    n.stops_on_survival = true;
+    return n;
+  }
   Status Begin(int seq) override;
   Status Prefill(int seq, std::span<const int32_t> context) override;
   Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override;
