@@ -19,7 +19,8 @@ def sample_anchors(loss_mask, n_anchors, gen):
     b, T = loss_mask.shape
     cand = torch.zeros_like(loss_mask)
     cand[:, :-1] = loss_mask[:, :-1] & loss_mask[:, 1:]
-    keys = torch.rand(b, T, generator=gen).masked_fill(~cand, 2.0)
+    # Drawn from the host generator whatever the device: a run picks the same anchors on CPU and GPU.
+    keys = torch.rand(b, T, generator=gen).to(loss_mask.device).masked_fill(~cand, 2.0)
     order = keys.argsort(dim=1)[:, :n_anchors]
     keep = torch.gather(cand, 1, order)
     anchors = torch.where(keep, order, torch.zeros_like(order))
@@ -31,10 +32,11 @@ def sample_anchors(loss_mask, n_anchors, gen):
 def block_mask(anchors, keep, T, B):
     """[b, N*B, T + N*B] bool: a block's queries see context t < p and every slot of their own block."""
     b, N = anchors.shape
+    dev = anchors.device
     p = anchors.repeat_interleave(B, dim=1)                                # [b, Q]
-    ctx = torch.arange(T)[None, None, :] < p[:, :, None]                    # strict: not the anchor's own state
+    ctx = torch.arange(T, device=dev)[None, None, :] < p[:, :, None]                    # strict: not the anchor's own state
     ctx = ctx & keep.repeat_interleave(B, dim=1)[:, :, None]
-    blk_id = torch.arange(N * B) // B
+    blk_id = torch.arange(N * B, device=dev) // B
     own = (blk_id[:, None] == blk_id[None, :]).expand(b, -1, -1)            # dummies see only themselves: no NaN
     return torch.cat([ctx, own], dim=2)
 
@@ -45,22 +47,23 @@ def dspark_forward(drafter, target, x, loss_mask, n_anchors, gen, gamma=4.0,
     c = drafter.c
     B = c.block_size
     b, T = x.shape
+    dev = x.device
     embd = target.tok_embd.weight
     with torch.no_grad():
         last, tapped = target.hidden_states(x, taps=tuple(c.target_layer_ids))
         taps = torch.cat([tapped[l] for l in c.target_layer_ids], dim=-1)
     anchors, keep = sample_anchors(loss_mask, n_anchors, gen)
     N = anchors.shape[1]
-    k = torch.arange(B)
+    k = torch.arange(B, device=dev)
     pos = anchors[:, :, None] + k                                           # [b, N, B] slot positions
     posc = pos.clamp(max=T - 1)
-    bid = torch.full((b, N, B), c.mask_token_id, dtype=torch.long)
+    bid = torch.full((b, N, B), c.mask_token_id, dtype=torch.long, device=dev)
     bid[:, :, 0] = torch.gather(x, 1, anchors)
     wdt = drafter.fc.weight.dtype
     emb = F.embedding(bid.view(b, -1), embd).to(wdt)
     g = drafter.context(taps.to(wdt))
     mask = block_mask(anchors, keep, T, B)
-    h = drafter.backbone(emb, pos.view(b, -1), g, torch.arange(T), mask).view(b, N, B, -1)
+    h = drafter.backbone(emb, pos.view(b, -1), g, torch.arange(T, device=dev), mask).view(b, N, B, -1)
 
     lab_pos = pos + 1
     valid = (lab_pos < T) & keep[:, :, None]

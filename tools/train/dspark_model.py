@@ -124,16 +124,17 @@ class DSpark(nn.Module):
         Returns (draft ids [n], confidences [n], biased logits [n, V])."""
         c = self.c
         nb = n_draft or c.block_size
-        ids = torch.tensor([[anchor_token] + [c.mask_token_id] * (nb - 1)])
+        dev = embd_weight.device
+        ids = torch.tensor([[anchor_token] + [c.mask_token_id] * (nb - 1)], device=dev)
         emb = F.embedding(ids, embd_weight).to(self.fc.weight.dtype)
         g = self.context(taps_ctx)
-        mask = torch.ones(1, nb, n_pos + nb, dtype=torch.bool)
-        h = self.backbone(emb, torch.arange(n_pos, n_pos + nb), g, torch.arange(n_pos), mask)[0]
+        mask = torch.ones(1, nb, n_pos + nb, dtype=torch.bool, device=dev)
+        h = self.backbone(emb, torch.arange(n_pos, n_pos + nb, device=dev), g, torch.arange(n_pos, device=dev), mask)[0]
         base = F.linear(h, embd_weight.to(h.dtype)).float()
         prev = anchor_token
         toks, confs, logits = [], [], []
         for i in range(nb):
-            bias, e = self.markov(torch.tensor(prev))
+            bias, e = self.markov(torch.tensor(prev, device=dev))
             z = base[i] + bias.float()
             confs.append(torch.sigmoid(self.confidence_logit(h[i], e).float()).item())
             prev = int(z.argmax())

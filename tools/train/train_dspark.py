@@ -55,10 +55,11 @@ def main(argv=None):
     out = Path(a.out) if a.out else train_dir() / "dspark"
     out.mkdir(parents=True, exist_ok=True)
     dev, amp = tu.setup_device(a.threads, a.dtype)
-    if dev.type != "cpu":
-        raise SystemExit("train_dspark.py runs on CPU for now (the dense block mask is built on the host)")
     tu.seed_all(a.seed)
-    target = teacher_mod.load_target(a.teacher, amp)
+    # CPU: a bf16 teacher and a pure-bf16 replica of the drafter (trainutil.LowPrecisionReplica);
+    # CUDA: fp32 weights under autocast.
+    cpu_bf16 = amp is not None and dev.type == "cpu"
+    target = teacher_mod.load_target(a.teacher, amp if cpu_bf16 else None).to(dev)
     tc = target.c
     cfg = DSparkConfig(vocab_size=tc.vocab_size, n_embd=tc.n_embd, n_head=tc.n_head, n_head_kv=tc.n_head_kv,
                        head_dim=tc.head_dim, n_ff=tc.n_ff, n_ctx=tc.n_ctx, rope_base=tc.rope_base,
@@ -76,8 +77,6 @@ def main(argv=None):
     if a.init:
         model.load_state_dict(init["model"])
         print(f"initialised from {a.init} (step {init['step']})", flush=True)
-    # DeepSpec: AdamW, weight decay 0, warmup 4 % then cosine to 0, clip 1.0
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
     step = 0
     ckpt_path = out / "ckpt.pt"
     ck = tu.load_checkpoint(ckpt_path) if a.resume else None
@@ -85,14 +84,18 @@ def main(argv=None):
         cfg = DSparkConfig(**ck["config"])
         model = DSpark(cfg)
         model.load_state_dict(ck["model"])
-        opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
+    model.to(dev)
+    # DeepSpec: AdamW, weight decay 0, warmup 4 % then cosine to 0, clip 1.0. Made after the move:
+    # its state lives on the parameters' device (load_state_dict moves a checkpoint's there).
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
+    if ck is not None:
         opt.load_state_dict(ck["optimizer"])
         tu.set_rng_state(ck["rng"])
         step = ck["step"]
         print(f"resumed from {ckpt_path}: step {step}", flush=True)
     print(f"dspark drafter {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params {cfg}", flush=True)
     data = Data(a.data, a.seq_len, a.batch, a.seed)
-    replica = tu.LowPrecisionReplica(model) if amp is not None else None
+    replica = tu.LowPrecisionReplica(model) if cpu_bf16 else None
     log = tu.CsvLog(out / "losses.csv", ["step", "loss", "ce", "l1", "bce", "tau_prob", "conf_abs_err",
                                          "accept_at_k", "lr", "time"])
     stop = tu.StopFlag()
@@ -109,13 +112,15 @@ def main(argv=None):
         for g in opt.param_groups:
             g["lr"] = lr
         x, m = data(step)
+        x, m = x.to(dev), m.to(dev)
         gen = torch.Generator().manual_seed(a.seed * 1_000_003 + step)
         opt.zero_grad(set_to_none=True)
         if replica is not None:
             replica.pull()
             loss, met = dspark_forward(replica.fast, target, x, m, a.anchors, gen, a.gamma)
         else:
-            loss, met = dspark_forward(model, target, x, m, a.anchors, gen, a.gamma)
+            with tu.autocast(dev, amp):
+                loss, met = dspark_forward(model, target, x, m, a.anchors, gen, a.gamma)
         loss.backward()
         if replica is not None:
             replica.push_grads()
