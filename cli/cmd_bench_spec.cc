@@ -247,7 +247,13 @@ int RunSpecBench(const SpecBenchFlags& f) {
   plot.x_label = "setting";
   plot.y_label = "tokens per second";
   plot.y2_label = "mean acceptance length tau";
-  PlotSeries tps{"tok/s (speculative)", "#1f77b4"}, taus{"tau", "#2ca02c"}, base{"tok/s (plain)", "#7f7f7f"};
+  PlotSeries tps, taus, base;
+  tps.name = "tok/s (speculative)";
+  tps.color = "#1f77b4";
+  taus.name = "tau";
+  taus.color = "#2ca02c";
+  base.name = "tok/s (plain)";
+  base.color = "#7f7f7f";
   taus.secondary_axis = true;
   for (size_t gi = 0; gi < rows.size(); ++gi) {
     const Totals& t = rows[gi];

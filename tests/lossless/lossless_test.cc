@@ -114,7 +114,9 @@ TEST_F(Lossless, GreedyEqualsPlainForEveryDrafterAndDraftLength) {
       for (auto& [name, d] : drafters) {
         const GenerateResult r = Run(d.get(), prompt, n, n_max);
         ASSERT_EQ(r.ids, want) << name << " n_max " << n_max << " prompt " << variant;
-        if (name == "draft-same") EXPECT_EQ(r.stats.num_accepted_tokens, r.stats.num_draft_tokens) << n_max;
+        if (name == "draft-same") {
+          EXPECT_EQ(r.stats.num_accepted_tokens, r.stats.num_draft_tokens) << n_max;
+        }
         EXPECT_LE(r.stats.num_target_calls, 1 + n) << name << " n_max " << n_max;  // never more passes than plain
       }
     }
@@ -171,7 +173,9 @@ TEST_F(Lossless, DraftModelStopsWhereItsDraftsPredictedSurvivalFallsBelowTheBar)
       double survival = 1.0;
       for (size_t i = 0; i < draft->probs.size(); ++i) {
         survival *= draft->probs[i];
-        if (i + 1 < draft->probs.size()) EXPECT_GE(survival, bar) << "token " << i << " bar " << bar;
+        if (i + 1 < draft->probs.size()) {
+          EXPECT_GE(survival, bar) << "token " << i << " bar " << bar;
+        }
       }
       if (draft->tokens.size() < 8) {
         EXPECT_LT(survival, bar) << "bar " << bar;
@@ -270,7 +274,9 @@ TEST_F(Lossless, ManySequencesInOneBatchEqualTheirSoloOutputs) {
       EXPECT_EQ(outputs[r], ReferenceGreedy(*target_.model, pool_, prompts[r], 12 + r % 9, 256))
           << "request " << r << (adaptive ? " adaptive" : "");
     }
-    if (!adaptive) EXPECT_GT(engine.cumulative_stats().num_accepted_tokens, 0);
+    if (!adaptive) {
+      EXPECT_GT(engine.cumulative_stats().num_accepted_tokens, 0);
+    }
   }
 }
 
