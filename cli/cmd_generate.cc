@@ -174,7 +174,7 @@ Runner RegisterGenerate(CLI::App& app) {
                   "cut: verify the draft up to the p-min cut; cost: verify the prefix maximising expected tokens per "
                   "ms (default with a confidence head)")
       ->check(CLI::IsMember({"cut", "cost"}));
-  sub->add_flag("--spec-adaptive", f->schedule.adaptive, "Choose the draft length from measured acceptance and cost");
+  sub->add_flag("--spec-adaptive", f->schedule.adaptive, "Choose each draft's length from measured acceptance and cost (a draft model ends each draft where its calibrated survival stops paying for verification)");
   sub->add_option("--spec-ngram-min", f->drafter.ngram.n_min, "Shortest n-gram to match")->capture_default_str();
   sub->add_option("--spec-ngram-max", f->drafter.ngram.n_max, "Longest n-gram to match")->capture_default_str();
   sub->add_flag("--spec-dspark-full-block", f->drafter.dspark_full_block,

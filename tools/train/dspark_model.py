@@ -118,9 +118,10 @@ class DSpark(nn.Module):
         return self.conf_proj(torch.cat([h, e], dim=-1)).squeeze(-1)
 
     @torch.no_grad()
-    def draft(self, embd_weight, taps_ctx, anchor_token, n_pos, n_draft=None):
+    def draft(self, embd_weight, taps_ctx, anchor_token, n_pos, n_draft=None, temperature=0.0, gen=None):
         """Inference for one sequence, as llama.cpp's driver does it: context = target taps of positions
-        0..n_pos-1 [1, n_pos, L_t*E]; block [anchor, MASK...] at positions n_pos..; greedy Markov chain.
+        0..n_pos-1 [1, n_pos, L_t*E]; block [anchor, MASK...] at positions n_pos..; Markov chain over the
+        block, greedy or (temperature > 0) each token sampled from softmax(z / temperature) with `gen`.
         Returns (draft ids [n], confidences [n], biased logits [n, V])."""
         c = self.c
         nb = n_draft or c.block_size
@@ -137,7 +138,10 @@ class DSpark(nn.Module):
             bias, e = self.markov(torch.tensor(prev, device=dev))
             z = base[i] + bias.float()
             confs.append(torch.sigmoid(self.confidence_logit(h[i], e).float()).item())
-            prev = int(z.argmax())
+            if temperature > 0:
+                prev = int(torch.multinomial((z / temperature).softmax(-1), 1, generator=gen))
+            else:
+                prev = int(z.argmax())
             toks.append(prev)
             logits.append(z)
         return toks, confs, torch.stack(logits)

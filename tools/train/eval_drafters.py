@@ -140,6 +140,51 @@ def eval_dspark(target, drafter, seqs, n_draft):
 
 
 @torch.no_grad()
+def eval_dspark_sampled(target, drafter, prompts, n_draft, gen_len, temperature, seed):
+    """Speculative sampling as the engine runs it at `temperature`: each block token sampled from the
+    drafter's chained distribution q, accepted with probability min(1, p/q), a rejection resampled
+    from norm(max(0, p - q)), a bonus token after a full block. Realised acceptance here is what the
+    confidence head's target, the analytic acceptance 1 - TV(q, p), predicts in expectation (at
+    temperature 1, the distributions it is trained on)."""
+    st = Stats(n_draft)
+    ids_l = drafter.c.target_layer_ids
+    embd = target.tok_embd.weight.float()
+    gen = torch.Generator().manual_seed(seed)
+    for p in prompts:
+        s = list(p)
+        hidden, tapped = target.hidden_states(torch.tensor([s[:-1]]), taps=tuple(ids_l))
+        taps = torch.cat([tapped[l] for l in ids_l], -1).float()  # rows before the anchor s[-1]
+        while len(s) - len(p) < gen_len and len(s) + n_draft + 1 < target.c.n_ctx:
+            j = len(s) - 1
+            toks, confs, z = drafter.draft(embd, taps[:, :j], s[j], j, n_draft, temperature, gen)
+            q = (z / temperature).softmax(-1)
+            # One target pass over the anchor and the block: verification, and the taps of whatever
+            # it commits.
+            hidden, tapped = target.hidden_states(torch.tensor([s + toks]), taps=tuple(ids_l))
+            p_t = (target.logits_from_hidden(hidden[:, j:]).float()[0] / temperature).softmax(-1)
+            a, nxt = 0, None
+            while a < n_draft:
+                x = toks[a]
+                if torch.rand(1, generator=gen).item() < min(1.0, (p_t[a, x] / q[a, x]).item()):
+                    a += 1
+                    continue
+                resid = (p_t[a] - q[a]).clamp(min=0)
+                nxt = int(torch.multinomial(resid / resid.sum(), 1, generator=gen))
+                break
+            if nxt is None:
+                nxt = int(torch.multinomial(p_t[n_draft], 1, generator=gen))
+            analytic = (1 - 0.5 * (q - p_t[:n_draft]).abs().sum(-1)).tolist()
+            # Stats.add counts the accepted prefix by comparing with the "truth": the accepted tokens,
+            # then a token that differs from the rejected draft.
+            st.add(toks, toks[:a] + [-1] * (n_draft - a), confs, analytic)
+            taps = torch.cat([taps, torch.cat([tapped[l][:, j:j + a + 1] for l in ids_l], -1).float()], 1)
+            s += toks[:a] + [nxt]
+    r = st.report(with_conf=True)
+    r["temperature"] = temperature
+    return r
+
+
+@torch.no_grad()
 def eval_draft_model(target, draft, seqs, n_draft):
     st = Stats(n_draft)
     for p, y in seqs:
@@ -171,6 +216,10 @@ def main():
     ap.add_argument("--gen-len", type=int, default=128)
     ap.add_argument("--draft-n", type=int, default=5, help="draft length of the draft model")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sample-temperature", type=float, default=0.0,
+                    help="also run DSpark with speculative sampling at this temperature (its confidence "
+                         "calibration against acceptance realised by sampling)")
+    ap.add_argument("--seed", type=int, default=1, help="sampling seed (--sample-temperature)")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--val-manifest", default=None,
                     help="prompts from the validation files of this manifest (recorded as offline_eval_<manifest stem>)")
@@ -187,6 +236,11 @@ def main():
         ds = load_dspark(a.dspark)
         res["dspark"] = {**eval_dspark(target, ds, seqs, ds.c.block_size), "block_size": ds.c.block_size}
         print("dspark:", json.dumps(res["dspark"]), flush=True)
+        if a.sample_temperature > 0:
+            res["dspark_sampled"] = {**eval_dspark_sampled(target, ds, [p for p, _ in seqs], ds.c.block_size,
+                                                           a.gen_len, a.sample_temperature, a.seed),
+                                     "block_size": ds.c.block_size}
+            print("dspark, speculative sampling:", json.dumps(res["dspark_sampled"]), flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
@@ -197,11 +251,12 @@ def main():
     if a.val_manifest:
         setting["manifest"] = Path(a.val_manifest).name
         record_key = "offline_eval_" + Path(a.val_manifest).stem
-    for key, path, extra in (("draft", a.draft, {"draft_n": a.draft_n}), ("dspark", a.dspark, {})):
+    for key, path, extra in (("draft", a.draft, {"draft_n": a.draft_n}), ("dspark", a.dspark, {}),
+                             ("dspark_sampled", a.dspark, {"seed": a.seed})):
         summary = Path(path).with_suffix(".json") if path and str(path).endswith(".gguf") else None
         if key in res and summary is not None and summary.exists():
             s = json.loads(summary.read_text())
-            s[record_key] = {**setting, **extra, **res[key]}
+            s[record_key + ("_sampled" if key == "dspark_sampled" else "")] = {**setting, **extra, **res[key]}
             summary.write_text(json.dumps(s, indent=1) + "\n")
             print("recorded in", summary)
 

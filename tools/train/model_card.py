@@ -132,8 +132,19 @@ Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
                     out.append(f" Against what the head is trained to predict, the analytic acceptance 1 − ½‖p_draft − "
                                f"p_target‖₁ of the same slots ({', '.join(f'{x:.2f}' for x in ev['analytic_accept_per_position'])}): "
                                f"mean |predicted − analytic| over positions {ev['confidence_analytic_mean_abs_err']:.3f}.")
+            sm = (s or {}).get("offline_eval_sampled")
+            if sm:
+                out.append(f" With speculative sampling at temperature {sm['temperature']:g} ({sm['n_prompts']} prompts, "
+                           f"{sm['steps']} steps: each block token sampled from the drafter, accepted with probability "
+                           f"min(1, p/q)): τ = {sm['tau']:.2f}; realised acceptance per position "
+                           f"{', '.join(f'{x:.2f}' for x in sm['accept_rate_per_position'])} against predicted "
+                           f"{', '.join(f'{x:.2f}' for x in sm['confidence_pred_per_position'])}: mean |predicted − "
+                           f"realised| over positions **{sm['confidence_mean_abs_err']:.3f}** (weighted "
+                           f"{sm['confidence_weighted_abs_err']:.3f}). This is the acceptance the head's training target "
+                           f"predicts in expectation (realised analytic acceptance of the same slots: mean "
+                           f"{', '.join(f'{x:.2f}' for x in sm['analytic_accept_per_position'])}).")
             for key, ev1 in sorted((s or {}).items()):
-                if key.startswith("offline_eval_") and isinstance(ev1, dict):
+                if key.startswith("offline_eval_") and key != "offline_eval_sampled" and isinstance(ev1, dict):
                     out.append(f" On the validation files of `{ev1.get('manifest', key)}` ({ev1['n_prompts']} prompts): "
                                f"τ = {ev1['tau']:.2f}; acceptance per position "
                                f"{', '.join(f'{x:.2f}' for x in ev1['accept_rate_per_position'])}"

@@ -43,6 +43,23 @@ class TestResume(unittest.TestCase):
             self.assertEqual(losses("a"), losses("b"))
 
 
+class TestGrowDraft(unittest.TestCase):
+    def test_grown_model_computes_what_the_original_did(self):
+        import grow_draft
+        torch.manual_seed(0)
+        small = Qwen3(TINY_T)
+        config, state = grow_draft.grow(small.c.to_dict(), small.state_dict(), TINY_T.n_layer + 2)
+        big = Qwen3(Qwen3Config(**config))
+        big.load_state_dict(state)
+        x = torch.randint(0, TINY_T.vocab_size, (2, 20))
+        self.assertEqual(config["n_layer"], TINY_T.n_layer + 2)
+        with torch.no_grad():
+            self.assertTrue(torch.equal(small(x), big(x)))
+        # The new layers are live: their zeroed projections get gradients.
+        big(x).logsumexp(-1).sum().backward()
+        self.assertGreater(float(big.blocks[-1].attn.wo.weight.grad.abs().sum()), 0)
+
+
 class TestDSparkResume(unittest.TestCase):
     def test_dspark_resume_is_exact(self):
         # The drafter's run restores model, optimizer (on the parameters' device) and RNG: 3 + 3
