@@ -47,20 +47,25 @@ def sample(logits, gen, temperature, top_k, top_p):
     p = torch.softmax(v, -1)
     keep = (p.cumsum(-1) - p) < top_p  # smallest prefix with mass >= top_p (at least one)
     p = p * keep
-    choice = torch.multinomial(p / p.sum(-1, keepdim=True), 1, generator=gen)
+    # Drawn on the host with the host generator: the same seed picks the same tokens on any device.
+    choice = torch.multinomial((p / p.sum(-1, keepdim=True)).cpu(), 1, generator=gen).to(i.device)
     return i.gather(-1, choice).squeeze(-1)
 
 
 @torch.no_grad()
-def generate(target, prompts, gen_len, gen, temperature, top_k, top_p):
+def generate(target, prompts, gen_len, gen, temperature, top_k, top_p, amp=None):
+    dev = target.tok_embd.weight.device
+    prompts = prompts.to(dev)
     cache = decode.KVCache(len(target.blocks))
-    logits = decode.forward_cached(target, prompts, cache)[:, -1]
+    with tu.autocast(dev, amp):
+        logits = decode.forward_cached(target, prompts, cache)[:, -1]
     out = []
     for _ in range(gen_len):
         t = sample(logits, gen, temperature, top_k, top_p)
         out.append(t)
-        logits = decode.forward_cached(target, t[:, None], cache)[:, -1]
-    return torch.cat([prompts, torch.stack(out, 1)], 1)
+        with tu.autocast(dev, amp):
+            logits = decode.forward_cached(target, t[:, None], cache)[:, -1]
+    return torch.cat([prompts, torch.stack(out, 1)], 1).cpu()
 
 
 def free_port() -> int:
@@ -160,10 +165,11 @@ def main():
         return
     dev, amp = tu.setup_device(a.threads, a.dtype)
     (out / "meta.json").write_text(json.dumps(meta))
-    target = teacher_mod.load_target(a.teacher, amp if dev.type == "cpu" else None)
+    # CPU: a bf16 copy of the target; CUDA: fp32 weights under bf16 autocast.
+    target = teacher_mod.load_target(a.teacher, amp if dev.type == "cpu" else None).to(dev)
     write_shards(a, out, lambda prompts, shard: generate(
         target, prompts, a.gen_len, torch.Generator().manual_seed(a.seed * 1_000_003 + shard),
-        a.temperature, a.top_k, a.top_p))
+        a.temperature, a.top_k, a.top_p, amp if dev.type == "cuda" else None))
 
 
 def write_shards(a, out, generate_shard):
