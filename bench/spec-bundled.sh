@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speculation on the bundled pair, as reported in the README (Performance): the DSpark drafter
-# (fixed n-max grid and the cost schedule), sampling at T = 0.8, the draft model, and the serving
-# frontiers of both drafters. Run on a quiet machine; results go to $OUT (default bench-out/).
+# (fixed n-max grid and the cost schedule), sampling at T = 0.8, the draft model (fixed and adaptive,
+# on held-out code and on off-domain text), and the serving frontiers of both drafters. Run on a
+# quiet machine; results go to $OUT (default bench-out/).
 #   bench/spec-bundled.sh [OUT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,11 @@ common=(-m "$T" -t 2 --prompts "$P" -n 128 --max-prompts 20)
 $B bench --spec "${common[@]}" --spec-type draft-dspark -md $DS --sweep n-max=2,3,4,6,8 -r 3 -o "$OUT/dspark-cut"
 $B bench --spec "${common[@]}" --spec-type draft-dspark -md $DS --sweep cost=1 --sweep n-max=3,8 -r 3 -o "$OUT/dspark-cost"
 $B bench --spec "${common[@]}" --spec-type draft-dspark -md $DS --sweep n-max=8 --temp 0.8 -s 7 -r 1 -o "$OUT/dspark-t08"
-$B bench --spec "${common[@]}" --spec-type draft-simple -md $DM --sweep n-max=2,3,5 --sweep adaptive=0,1 -r 3 -o "$OUT/draft"
+$B bench --spec "${common[@]}" --spec-type draft-simple -md $DM --sweep n-max=3,4,6 --sweep adaptive=0,1 -r 3 -o "$OUT/draft"
+# Text the pair was not trained on (prose, data, other languages): the adaptive schedule must not
+# lose to plain decoding on any prompt.
+$B bench --spec -m "$T" -t 2 --prompts bench/prompts/off-domain.jsonl -n 128 --spec-type draft-simple -md $DM \
+    --sweep n-max=6 --sweep adaptive=1 -r 3 -o "$OUT/draft-off-domain"
 $B bench --serve start --serve-args "-m $T --spec-type draft-dspark -md $DS --parallel 32" \
     --serve-concurrency 1 2 4 8 16 32 --serve-out "$OUT/serve-dspark"
 $B bench --serve start --serve-args "-m $T --spec-type draft-simple -md $DM --spec-adaptive --spec-draft-n-max 3 --parallel 32" \
