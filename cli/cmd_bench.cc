@@ -182,6 +182,7 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_flag("--spec-adaptive", sf->schedule.adaptive, "Adaptive draft length when not swept");
   sub->add_option("--spec-ngram-min", sf->drafter.ngram.n_min, "Shortest n-gram")->capture_default_str();
   sub->add_option("--spec-ngram-max", sf->drafter.ngram.n_max, "Longest n-gram")->capture_default_str();
+  sub->add_flag("--spec-ngram-first", sf->drafter.ngram_first, kNgramFirstHelp);
   sub->add_flag("--spec-dspark-full-block", sf->drafter.dspark_full_block,
                 "draft-dspark/draft-dflash: run the whole trained block every step (llama.cpp's behaviour) instead of only the rows the draft budget needs");
   sub->add_option("--spec-synthetic-accept", sf->drafter.synthetic_accept, "Synthetic per-token acceptance")->capture_default_str();

@@ -177,6 +177,7 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_flag("--spec-adaptive", f->schedule.adaptive, "Choose each draft's length from measured acceptance and cost (a draft model ends each draft where its calibrated survival stops paying for verification)");
   sub->add_option("--spec-ngram-min", f->drafter.ngram.n_min, "Shortest n-gram to match")->capture_default_str();
   sub->add_option("--spec-ngram-max", f->drafter.ngram.n_max, "Longest n-gram to match")->capture_default_str();
+  sub->add_flag("--spec-ngram-first", f->drafter.ngram_first, kNgramFirstHelp);
   sub->add_flag("--spec-dspark-full-block", f->drafter.dspark_full_block,
                 "draft-dspark/draft-dflash: run the whole trained block every step (llama.cpp's behaviour) instead of only the rows the draft budget needs");
   sub->add_option("--spec-synthetic-accept", f->drafter.synthetic_accept, "Per-token acceptance of the synthetic drafter")->capture_default_str();

@@ -150,6 +150,7 @@ Runner RegisterServe(CLI::App& app) {
                 "Admit draft slots across the batch while expected tokens/ms rises (default on)");
   sub->add_option("--spec-ngram-min", f->drafter.ngram.n_min, "Shortest n-gram to match")->capture_default_str();
   sub->add_option("--spec-ngram-max", f->drafter.ngram.n_max, "Longest n-gram to match")->capture_default_str();
+  sub->add_flag("--spec-ngram-first", f->drafter.ngram_first, kNgramFirstHelp);
   sub->add_flag("--spec-dspark-full-block", f->drafter.dspark_full_block,
                 "draft-dspark/draft-dflash: run the whole trained block every step (llama.cpp's behaviour) instead of only the rows the draft budget needs");
   return [f] { return RunServe(*f); };

@@ -27,6 +27,9 @@ inline constexpr const char* kNoRepackHelp =
     "Keep weights in the file's row layout (skip repacking for this CPU's kernels: less memory, slower decode)";
 
 // The --threads-draft help text (generate, bench, serve).
+inline constexpr const char* kNgramFirstHelp =
+    "Prompt lookup first: where the last n tokens occurred before, propose what followed (free); "
+    "the model drafter drafts only where the context does not repeat";
 inline constexpr const char* kThreadsDraftHelp =
     "Threads of a model drafter (draft-simple, draft-dspark); default: the target's pool";
 

@@ -54,6 +54,9 @@ struct Draft {
   // use the acceptance measured so far.
   std::vector<float> survival;
   int forward_passes = 0;  // drafter model passes spent on this draft (statistics)
+  // Proposed by prompt lookup in front of a model drafter (LookupFirstDrafter): the scheduler
+  // measures its acceptance apart from the model's drafts and does not count it as drafting cost.
+  bool lookup = false;
 };
 
 // A view of target hidden states for rows the target just committed: taps[t] points at

@@ -141,7 +141,24 @@ void DraftCostModel::ObserveCatchUp(int proposed, int behind_rows, double ms) {
 
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, CostModel cost)
     : options_(options), own_cost_(std::move(cost)), accept_(std::max(options.n_max, 1), kPriorAcceptance),
-      observed_(accept_.size(), 0), predicted_sum_(accept_.size(), 0.0), realised_sum_(accept_.size(), 0.0) {}
+      lookup_accept_(std::max(options.n_max, 1), kPriorAcceptance), predicted_sum_(accept_.accept.size(), 0.0),
+      realised_sum_(accept_.accept.size(), 0.0) {}
+
+void DraftScheduler::PositionAcceptance::Observe(int verified, int accepted) {
+  // Position i was tried iff positions < i were accepted; it succeeded iff i < accepted.
+  for (int i = 0; i < verified && i <= accepted && i < static_cast<int>(accept.size()); ++i) {
+    const double hit = i < accepted ? 1.0 : 0.0;
+    const double weight = std::max(kEma, 1.0 / (++observed[i] + kPriorWeight));
+    accept[i] = (1 - weight) * accept[i] + weight * hit;
+  }
+}
+
+std::vector<double> DraftScheduler::PositionAcceptance::Survival(int k) const {
+  std::vector<double> surv(std::max(k, 0), 0.0);
+  double s = 1.0;
+  for (int i = 0; i < k && i < static_cast<int>(accept.size()); ++i) surv[i] = (s *= accept[i]);
+  return surv;
+}
 
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, const CostModel* cost)
     : DraftScheduler(options, CostModel()) {
@@ -155,9 +172,8 @@ double DraftScheduler::Rate(const std::vector<double>& surv, int k, double draft
 }
 
 double DraftScheduler::ExpectedSurvival(int i) const {
-  double s = 1.0;
-  for (int j = 0; j <= i && j < static_cast<int>(accept_.size()); ++j) s *= accept_[j];
-  return i < static_cast<int>(accept_.size()) ? s : 0.0;
+  const std::vector<double> surv = accept_.Survival(i + 1);
+  return i >= 0 && i < static_cast<int>(surv.size()) ? surv[i] : 0.0;
 }
 
 int DraftScheduler::BestLength(int cap, const SharedPass& pass, int behind_rows) const {
@@ -275,27 +291,24 @@ int DraftScheduler::Cut(const Draft& draft) const {
 
 DraftScheduler DraftScheduler::Seed() const {
   DraftScheduler s = *this;
-  for (int& n : s.observed_) n = std::min(n, static_cast<int>(kPriorWeight));
+  for (PositionAcceptance* a : {&s.accept_, &s.lookup_accept_})
+    for (int& n : a->observed) n = std::min(n, static_cast<int>(kPriorWeight));
   s.probe_credit_ = 0;
   s.probe_ratio_ = kFirstProbeRatio;
   return s;
 }
 
-std::vector<double> DraftScheduler::MeasuredSurvival(int k) const {
-  std::vector<double> surv(std::max(k, 0), 0.0);
-  double s = 1.0;
-  for (int i = 0; i < k && i < static_cast<int>(accept_.size()); ++i) surv[i] = (s *= accept_[i]);
-  return surv;
-}
+std::vector<double> DraftScheduler::MeasuredSurvival(int k) const { return accept_.Survival(k); }
 
 std::vector<double> DraftScheduler::SurvivalOf(const Draft& draft, int k) const {
+  if (draft.lookup) return lookup_accept_.Survival(k);
   std::vector<double> surv = MeasuredSurvival(k);
   if (draft.survival.empty() && !draft.probs.empty()) {
     // Past the tokens with probabilities (none in practice), the measured conditional acceptance.
     double s = 1.0;
     for (int j = 0; j < k; ++j) {
       s *= j < static_cast<int>(draft.probs.size()) ? prob_cal_.Acceptance(draft.probs[j])
-           : j < static_cast<int>(accept_.size()) ? accept_[j] : 0.0;
+           : j < static_cast<int>(accept_.accept.size()) ? accept_.accept[j] : 0.0;
       surv[j] = s;
     }
     return surv;
@@ -315,6 +328,11 @@ std::vector<double> DraftScheduler::SurvivalOf(const Draft& draft, int k) const 
 }
 
 void DraftScheduler::Observe(const Draft& draft, int verified, int accepted, double draft_ms, int behind_rows) {
+  if (draft.lookup) {
+    // Free drafts: they teach nothing about the model drafter's cost or acceptance.
+    lookup_accept_.Observe(verified, accepted);
+    return;
+  }
   // Token i was reached iff the tokens before it were accepted; it survived iff i < accepted.
   for (int i = 0; i < verified && i <= accepted && i < static_cast<int>(draft.probs.size()); ++i)
     prob_cal_.Observe(draft.probs[i], i < accepted);
@@ -336,12 +354,7 @@ void DraftScheduler::Observe(int proposed, int verified, int accepted, double dr
     predicted_sum_[i] = (1 - kCalibrationDecay) * predicted_sum_[i] + survival[i];
     realised_sum_[i] = (1 - kCalibrationDecay) * realised_sum_[i] + (i < accepted ? 1.0 : 0.0);
   }
-  // Position i was tried iff positions < i were accepted; it succeeded iff i < accepted.
-  for (int i = 0; i < verified && i <= accepted && i < static_cast<int>(accept_.size()); ++i) {
-    const double hit = i < accepted ? 1.0 : 0.0;
-    const double weight = std::max(kEma, 1.0 / (++observed_[i] + kPriorWeight));
-    accept_[i] = (1 - weight) * accept_[i] + weight * hit;
-  }
+  accept_.Observe(verified, accepted);
 }
 
 }  // namespace dspark

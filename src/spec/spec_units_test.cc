@@ -326,6 +326,27 @@ TEST(Scheduler, DraftProbabilitiesGiveEachDraftItsOwnSurvivalAndLengthWhenTheDra
   EXPECT_DOUBLE_EQ(plain_budget.MinSurvival(), 0.0);
 }
 
+TEST(Scheduler, PromptLookupDraftsAreMeasuredApartFromTheModelsDrafts) {
+  ScheduleOptions o;
+  o.n_max = 4;
+  o.adaptive = true;
+  DraftScheduler s(o, CostModel({1.0, 1.1, 1.2, 1.3, 1.4}));
+  Draft lookup, model;
+  lookup.tokens = model.tokens = {1, 2, 3, 4};
+  lookup.lookup = true;
+  for (int i = 0; i < 40; ++i) {
+    s.Observe(lookup, 4, 0, 0.0);  // the lookup's guesses always fail
+    s.Observe(model, 4, 4, 0.4);   // the model's drafts always survive
+  }
+  EXPECT_LT(s.SurvivalOf(lookup, 4)[0], 0.2);
+  EXPECT_EQ(s.Cut(lookup), 0);      // not worth a verification row
+  EXPECT_GT(s.SurvivalOf(model, 4)[3], 0.8);
+  EXPECT_GT(s.ExpectedSurvival(3), 0.8);
+  EXPECT_EQ(s.Cut(model), 4);
+  // Free lookups do not make the model's drafting look cheaper: its cost stays its own.
+  EXPECT_NEAR(s.draft_cost().Ms(4), 0.4, 1e-6);
+}
+
 TEST(Scheduler, NewRequestsStartFromWhatEarlierRequestsLearnt) {
   ScheduleOptions o;
   o.n_max = 4;

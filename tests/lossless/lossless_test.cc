@@ -10,6 +10,7 @@
 #include "model/testing/tiny_models.h"
 #include "spec/drafters/draft_model.h"
 #include "spec/drafters/factory.h"
+#include "spec/drafters/lookup_first.h"
 #include "spec/drafters/ngram.h"
 #include "spec/batch_engine.h"
 #include "spec/drafters/synthetic.h"
@@ -110,6 +111,7 @@ TEST_F(Lossless, GreedyEqualsPlainForEveryDrafterAndDraftLength) {
       drafters["draft-other"] = DraftModel(other_path_, 256);
       drafters["draft-q8"] = DraftModel(q8_path_, 256);
       drafters["ngram"] = std::make_unique<NgramDrafter>(NgramOptions{1, 3});
+      drafters["ngram+draft"] = std::make_unique<LookupFirstDrafter>(NgramOptions{2, 3}, DraftModel(other_path_, 256));
       drafters["synthetic"] = std::make_unique<SyntheticDrafter>(reference, target_.model->config().n_vocab, 0.6);
       for (auto& [name, d] : drafters) {
         const GenerateResult r = Run(d.get(), prompt, n, n_max);
@@ -153,7 +155,8 @@ TEST_F(Lossless, DraftModelIngestsThePromptBeforeItsFirstProposal) {
 TEST_F(Lossless, DraftModelStopsWhereItsDraftsPredictedSurvivalFallsBelowTheBar) {
   // With the identity calibration (no evidence yet) a draft's predicted survival is the product of
   // its tokens' probabilities: the draft ends at the first token that takes it below the bar.
-  const auto prompt = Prompt(0);
+  const auto prompt = Prompt(2);
+  ASSERT_GE(prompt.size(), 12u);
   auto d = DraftModel(other_path_, 256);
   ASSERT_TRUE(d->Needs().stops_on_survival);
   ProbCalibration identity;
@@ -191,6 +194,29 @@ TEST_F(Lossless, DraftModelStopsWhereItsDraftsPredictedSurvivalFallsBelowTheBar)
     }
   }
   EXPECT_GT(stopped_early, 0);  // the rule was exercised
+}
+
+TEST_F(Lossless, LookupFirstProposesRepeatsForFreeAndBatchesTheRestThroughTheModel) {
+  LookupFirstDrafter d(NgramOptions{2, 3}, DraftModel(other_path_, 256));
+  EXPECT_EQ(d.Name(), "ngram+draft-model");
+  const std::vector<int32_t> repeats = {1, 5, 6, 7, 8, 9, 5, 6};  // "5 6" occurred before: 7 8 9 follow
+  const std::vector<int32_t> fresh = Prompt(0);                   // no repeated bigram
+  ASSERT_TRUE(NgramLookup(fresh, 2, 3, 4).empty());
+  for (int seq = 0; seq < 1; ++seq) ASSERT_TRUE(d.Begin(seq).ok());
+  Rng rng(1);
+  DraftParams dp;
+  dp.budget = 3;
+  auto hit = d.Propose(0, repeats, dp, rng);
+  ASSERT_TRUE(hit.ok());
+  EXPECT_TRUE(hit->lookup);
+  EXPECT_EQ(hit->tokens, (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(hit->forward_passes, 0);
+  auto miss = d.Propose(0, fresh, dp, rng);
+  ASSERT_TRUE(miss.ok());
+  EXPECT_FALSE(miss->lookup);
+  EXPECT_EQ(miss->tokens.size(), 3u);
+  EXPECT_GT(miss->forward_passes, 0);
+  EXPECT_EQ(miss->probs.size(), 3u);  // the model's draft, with its probabilities
 }
 
 TEST_F(Lossless, NearlyFullContextStopsWhereReferenceStops) {
@@ -461,6 +487,13 @@ TEST(LosslessSampling, SpeculativeSamplingMatchesPlainInDistribution) {
   SpeculativeEngine spec_engine(*target.model, *target.tok, pool, 64, drafter->get(), so);
   for (const SamplingParams base : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 0}, SamplingParams{0.8f, 6, 0.9f, 0.02f, 0}})
     testing::ExpectSpeculativeSamplingMatchesPlain(plain, spec_engine, base);
+  // Prompt lookup in front: deterministic lookup drafts (q one-hot) mixed with sampled model drafts.
+  Loaded draft2 = Load(draft_path);
+  auto model2 = DraftModelDrafter::Create(std::move(draft2.model), *draft2.tok, *target.tok, pool, 64, 8);
+  ASSERT_TRUE(model2.ok());
+  LookupFirstDrafter lookup_first(NgramOptions{1, 2}, std::move(*model2));
+  SpeculativeEngine lookup_engine(*target.model, *target.tok, pool, 64, &lookup_first, so);
+  testing::ExpectSpeculativeSamplingMatchesPlain(plain, lookup_engine, SamplingParams{1.0f, 0, 1.0f, 0.0f, 0});
 }
 
 }  // namespace

@@ -2,21 +2,39 @@
 
 #include "spec/drafters/draft_model.h"
 #include "spec/drafters/dspark_drafter.h"
+#include "spec/drafters/lookup_first.h"
 #include "spec/drafters/synthetic.h"
 
 namespace dspark {
 
 std::vector<std::string> DrafterTypes() { return {"none", "draft-simple", "draft-dspark", "draft-dflash", "ngram", "synthetic"}; }
 
+namespace {
+Result<std::unique_ptr<Drafter>> CreateOne(const DrafterConfig& config, const Model& target,
+                                           const Tokenizer& target_vocab, ThreadPool& pool, int n_ctx);
+}  // namespace
+
 Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, const Model& target,
                                                const Tokenizer& target_vocab, ThreadPool& pool, int n_ctx) {
   if (config.type == "none") return std::unique_ptr<Drafter>();
-  if (config.type == "ngram") {
+  if (config.type == "ngram" || config.ngram_first) {
     if (config.ngram.n_min < 1 || config.ngram.n_max < config.ngram.n_min)
       return InvalidArgument("spec: need 1 <= --spec-ngram-min <= --spec-ngram-max, got {}..{}", config.ngram.n_min,
                              config.ngram.n_max);
-    return std::unique_ptr<Drafter>(new NgramDrafter(config.ngram));
   }
+  if (config.ngram_first && config.type != "ngram") {
+    if (config.type == "synthetic")
+      return InvalidArgument("spec: --spec-ngram-first goes with a model drafter, not --spec-type synthetic");
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Drafter> model, CreateOne(config, target, target_vocab, pool, n_ctx));
+    return std::unique_ptr<Drafter>(new LookupFirstDrafter(config.ngram, std::move(model)));
+  }
+  return CreateOne(config, target, target_vocab, pool, n_ctx);
+}
+
+namespace {
+Result<std::unique_ptr<Drafter>> CreateOne(const DrafterConfig& config, const Model& target,
+                                           const Tokenizer& target_vocab, ThreadPool& pool, int n_ctx) {
+  if (config.type == "ngram") return std::unique_ptr<Drafter>(new NgramDrafter(config.ngram));
   if (config.type == "synthetic") {
     if (!(config.synthetic_accept >= 0 && config.synthetic_accept <= 1))
       return InvalidArgument("spec: synthetic acceptance must be in [0, 1], got {}", config.synthetic_accept);
@@ -55,5 +73,6 @@ Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, cons
   for (const auto& t : DrafterTypes()) known += (known.empty() ? "" : ", ") + t;
   return InvalidArgument("spec: unknown --spec-type '{}' (known: {})", config.type, known);
 }
+}  // namespace
 
 }  // namespace dspark

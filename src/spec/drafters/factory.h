@@ -19,6 +19,9 @@ struct DrafterConfig {
   int max_draft = 16;
   int n_seq = 1;               // sequences the drafter serves at once (server slots)
   NgramOptions ngram;
+  // draft-simple/draft-dspark/draft-dflash: prompt lookup first (with the ngram options), the
+  // model drafter only where the context does not repeat (--spec-ngram-first).
+  bool ngram_first = false;
   double synthetic_accept = 0.8;
   std::vector<int32_t> synthetic_reference;  // prompt + the target's plain output
   // Threads of a model drafter's own pool (--threads-draft/--td, llama.cpp's -td); 0 or the
