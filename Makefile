@@ -6,22 +6,25 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 DSPARK := $(BUILD_DIR)/bin/dspark
 MODEL ?= models/ref-target.gguf
-PROMPT ?= def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n
+# printf format (\n is a newline); the recipe runs under /bin/sh (dash), whose printf keeps \" as
+# two characters, so the quotes are written plainly.
+PROMPT ?= def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n
 N ?= 96
-# The fastest bundled drafter measured on this pair (README, Performance): the draft model with the
-# best fixed draft length measured on held-out prompts (n-max 3), else n-gram lookup. `make run` then also shows the DSpark drafter
-# (cost-scheduled) when it exists. Drafters run as Q8_0 copies made by `dspark quantize` at build
-# time (drafting ~2x cheaper; verification keeps the output the F16 target's, token for token).
+# The fastest setting measured on this pair's held-out prompts (README, Performance): prompt lookup
+# in front of the draft model, each draft's length chosen adaptively up to 8 (else n-gram lookup
+# alone). `make run` then also shows the DSpark drafter (cost-scheduled, lookup first) when it
+# exists. Drafters run as Q8_0 copies made by `dspark quantize` at build time (drafting ~2x
+# cheaper; verification keeps the output the F16 target's, token for token).
 Q8 := $(BUILD_DIR)/models
 ifneq ($(wildcard models/ref-draft.gguf),)
 DRAFTERS += $(Q8)/ref-draft-q8_0.gguf
-SPEC ?= --spec-type draft-simple -md $(Q8)/ref-draft-q8_0.gguf --spec-draft-n-max 3
+SPEC ?= --spec-type draft-simple -md $(Q8)/ref-draft-q8_0.gguf --spec-ngram-first --spec-adaptive --spec-draft-n-max 8
 else
 SPEC ?= --spec-type ngram
 endif
 ifneq ($(wildcard models/ref-dspark.gguf),)
 DRAFTERS += $(Q8)/ref-dspark-q8_0.gguf
-SPEC2 ?= --spec-type draft-dspark -md $(Q8)/ref-dspark-q8_0.gguf
+SPEC2 ?= --spec-type draft-dspark -md $(Q8)/ref-dspark-q8_0.gguf --spec-ngram-first
 endif
 
 .PHONY: all deps configure build drafters run test bench tsan clean

@@ -115,6 +115,11 @@ int RunGenerate(GenerateFlags f) {
     return true;
   });
   if (!result.ok()) return Fail(result.status());
+  // End the streamed text's line, so that the statistics on stderr start on their own line.
+  if (!f.json && !result->text.empty() && result->text.back() != '\n') {
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
   const bool identical = plain_result && plain_result->ids == result->ids;
   const double speedup = plain_result && plain_result->stats.tokens_per_second() > 0
                              ? result->stats.tokens_per_second() / plain_result->stats.tokens_per_second()
