@@ -213,8 +213,8 @@ int DraftScheduler::Budget(int room, const SharedPass& pass, int behind_rows) {
     probe_credit_ = 0;
     probe_ratio_ = kFirstProbeRatio;
     // A drafter that stops on survival ends each draft where it stops paying: confident drafts
-    // run past the average length, doubtful ones stop short (on the bundled pair this beat the
-    // best fixed length by ~9% in a replay of 3,683 drafted steps).
+    // run past the average length, doubtful ones stop short (bundled pair, held-out code: 1.73-
+    // 1.76x against 1.60x with one length per step and 1.72x for the best fixed length).
     return options_.survival_stop ? cap : best;
   }
   // Drafting does not pay at the moment; probe now and then in case it does again (this text may

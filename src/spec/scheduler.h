@@ -1,8 +1,10 @@
 // How many tokens to draft and verify each step. Fixed mode: the cap (--spec-draft-n-max), a
 // confidence cut (--spec-draft-p-min) and a minimum (--spec-draft-n-min). Adaptive mode: choose the
 // k that maximises expected committed tokens per millisecond, from per-position acceptance
-// measured so far (or the drafter's own survival estimates) and the target's cost of verifying
-// k tokens, profiled once at start-up; k = 0 (plain decoding) when drafting does not pay.
+// measured so far (or each draft's own survival: a confidence head's, or its draft probabilities
+// mapped to acceptance by ProbCalibration) and the target's cost of verifying k tokens, profiled
+// once at start-up; k = 0 (plain decoding) when drafting does not pay. A drafter that stops on
+// survival (the draft model) is asked for up to the cap and ends each draft where it stops paying.
 #pragma once
 
 #include <vector>
