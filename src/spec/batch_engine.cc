@@ -460,7 +460,12 @@ Result<bool> BatchEngine::Step() {
     const VerifyResult vr = Verify(s->draft, s->k, out.Logits(logit_index[s->row0], n_vocab), n_vocab,
                                    s->options.sampling, s->rng);
     st.sample_ms += MsSince(ts0);
-    st.RecordStep(s->k, vr.num_accepted, s->draft.survival);
+    // The survival the schedule predicted for this draft: a confidence head's own, else the
+    // scheduler's estimate from the draft probabilities, so the statistics show how well it predicts.
+    std::vector<float> predicted = s->draft.survival;
+    if (predicted.empty() && !s->draft.probs.empty() && !s->draft.lookup)
+      for (double v : s->scheduler->SurvivalOf(s->draft, s->k)) predicted.push_back(static_cast<float>(v));
+    st.RecordStep(s->k, vr.num_accepted, predicted);
     const int proposed = static_cast<int>(s->draft.tokens.size());
     if (proposed > 0) {
       s->scheduler->Observe(s->draft, s->k, vr.num_accepted, s->draft_ms, s->behind_at_draft);

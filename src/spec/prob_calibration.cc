@@ -10,8 +10,9 @@ double Logit(double p) {
   return std::log(p / (1 - p));
 }
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-// Gaussian prior on (slope - 1, bias) with this precision: the identity until the bins hold a
-// few observations, and a fit that cannot run away on one-sided evidence (a bin of all hits).
+// Gaussian prior on (slope - 1, bias - kPriorBias) with this precision: the prior map until the
+// bins hold a few observations, and a fit that cannot run away on one-sided evidence (a bin of all
+// hits).
 constexpr double kPriorPrecision = 1.0;
 }  // namespace
 
@@ -31,7 +32,7 @@ void ProbCalibration::Refit() {
   // method on two parameters, warm-started from the last fit.
   double a = slope_, c = bias_;
   for (int iter = 0; iter < 8; ++iter) {
-    double ga = kPriorPrecision * (a - 1.0), gc = kPriorPrecision * c;
+    double ga = kPriorPrecision * (a - 1.0), gc = kPriorPrecision * (c - kPriorBias);
     double haa = kPriorPrecision, hac = 0, hcc = kPriorPrecision;
     for (int b = 0; b < kBins; ++b) {
       if (tries_[b] <= 0) continue;

@@ -15,8 +15,11 @@ namespace dspark {
 class ProbCalibration {
  public:
   // Predicted acceptance of a token drafted with probability p, given that the tokens before it
-  // were accepted. Before any evidence the fit is the identity (acceptance = p: cautious, it
-  // drafts short until verification says otherwise).
+  // were accepted. Before any evidence: logit(acceptance) = logit(p) + kPriorBias (p = 0.5 ->
+  // 0.73). A draft token is most often its drafter's argmax, and a matching argmax is accepted
+  // whole, so acceptance runs above p; the bundled draft model's fit settles near slope 1.3-1.4,
+  // bias 1.2, and starting from the identity cost single requests ~4% of their tau (6 held-out
+  // prompts in fresh processes: 2.50 vs 2.61).
   double Acceptance(double p) const;
   // A verified draft token drafted with probability p, reached (the tokens before it accepted).
   void Observe(double p, bool accepted);
@@ -25,6 +28,7 @@ class ProbCalibration {
   double bias() const { return bias_; }
 
  private:
+  static constexpr double kPriorBias = 1.0;
   static constexpr int kBins = 20;
   // Each bin forgets at this rate per observation in it (a memory of ~200 tokens per bin), so the
   // fit follows a change of text or temperature.
@@ -35,7 +39,7 @@ class ProbCalibration {
   std::array<double, kBins> hits_{}, tries_{};
   double total_ = 0;
   int since_fit_ = 0;
-  double slope_ = 1.0, bias_ = 0.0;
+  double slope_ = 1.0, bias_ = kPriorBias;
 };
 
 }  // namespace dspark

@@ -259,10 +259,12 @@ TEST(Scheduler, ConfidenceIsRecalibratedByRealisedSurvival) {
 // Acceptance that follows logit(a) = 1.4 logit(p) + 1.2 (close to the bundled draft model's).
 double TrueAcceptance(double p) { return 1.0 / (1.0 + std::exp(-(1.4 * std::log(p / (1 - p)) + 1.2))); }
 
-TEST(ProbCalibration, StartsAtTheIdentityAndLearnsAMonotoneMapFromVerification) {
+TEST(ProbCalibration, StartsAtItsPriorAndLearnsAMonotoneMapFromVerification) {
   ProbCalibration c;
-  EXPECT_NEAR(c.Acceptance(0.3), 0.3, 1e-9);
-  EXPECT_NEAR(c.Acceptance(0.9), 0.9, 1e-9);
+  // The prior: logit(acceptance) = logit(p) + 1.
+  EXPECT_NEAR(c.Acceptance(0.5), 1.0 / (1.0 + std::exp(-1.0)), 1e-9);
+  EXPECT_GT(c.Acceptance(0.3), 0.3);
+  EXPECT_LT(c.Acceptance(0.3), c.Acceptance(0.9));
   std::mt19937 gen(5);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   for (int i = 0; i < 3000; ++i) {

@@ -119,6 +119,11 @@ TEST_F(Lossless, GreedyEqualsPlainForEveryDrafterAndDraftLength) {
         if (name == "draft-same") {
           EXPECT_EQ(r.stats.num_accepted_tokens, r.stats.num_draft_tokens) << n_max;
         }
+        if (name.rfind("draft-", 0) == 0 && r.stats.num_drafts > 0) {
+          // The scheduler's survival estimate from the draft probabilities is in the statistics.
+          ASSERT_FALSE(r.stats.predicted_survival_sum.empty()) << name;
+          EXPECT_GT(r.stats.predicted_survival_sum[0], 0) << name;
+        }
         EXPECT_LE(r.stats.num_target_calls, 1 + n) << name << " n_max " << n_max;  // never more passes than plain
       }
     }
@@ -153,13 +158,13 @@ TEST_F(Lossless, DraftModelIngestsThePromptBeforeItsFirstProposal) {
 }
 
 TEST_F(Lossless, DraftModelStopsWhereItsDraftsPredictedSurvivalFallsBelowTheBar) {
-  // With the identity calibration (no evidence yet) a draft's predicted survival is the product of
-  // its tokens' probabilities: the draft ends at the first token that takes it below the bar.
+  // With a calibration that has no evidence yet a draft's predicted survival is the product of its
+  // tokens' prior acceptances: the draft ends at the first token that takes it below the bar.
   const auto prompt = Prompt(2);
   ASSERT_GE(prompt.size(), 12u);
   auto d = DraftModel(other_path_, 256);
   ASSERT_TRUE(d->Needs().stops_on_survival);
-  ProbCalibration identity;
+  const ProbCalibration prior;
   int stopped_early = 0;
   for (float bar : {0.9f, 0.5f, 0.2f, 0.05f}) {
     for (int cut = 4; cut <= 12; ++cut) {
@@ -167,7 +172,7 @@ TEST_F(Lossless, DraftModelStopsWhereItsDraftsPredictedSurvivalFallsBelowTheBar)
       DraftParams dp;
       dp.budget = 8;
       dp.min_survival = bar;
-      dp.calibration = &identity;
+      dp.calibration = &prior;
       Rng rng(1);
       ASSERT_TRUE(d->Begin(0).ok());
       auto draft = d->Propose(0, context, dp, rng);
@@ -175,7 +180,7 @@ TEST_F(Lossless, DraftModelStopsWhereItsDraftsPredictedSurvivalFallsBelowTheBar)
       ASSERT_FALSE(draft->tokens.empty());
       double survival = 1.0;
       for (size_t i = 0; i < draft->probs.size(); ++i) {
-        survival *= draft->probs[i];
+        survival *= prior.Acceptance(draft->probs[i]);
         if (i + 1 < draft->probs.size()) {
           EXPECT_GE(survival, bar) << "token " << i << " bar " << bar;
         }
