@@ -23,9 +23,6 @@ class ProbCalibration {
   double Acceptance(double p) const;
   // A verified draft token drafted with probability p, reached (the tokens before it accepted).
   void Observe(double p, bool accepted);
-  double observations() const { return total_; }
-  double slope() const { return slope_; }
-  double bias() const { return bias_; }
 
  private:
   static constexpr double kPriorBias = 1.0;
