@@ -87,6 +87,18 @@ HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T
   }
 }
 
+// TileScores for `rest` (1..kMax) heads in one pass: the template argument is chosen at run time.
+template <int kMax, typename T>
+HWY_INLINE void ScoresOfRest(int rest, const float* HWY_RESTRICT qs, int head_dim, const T* HWY_RESTRICT kt, int n,
+                             float* HWY_RESTRICT scores, int64_t s_stride) {
+  if constexpr (kMax <= 1) {
+    TileScores<1, T>(qs, head_dim, kt, n, scores, s_stride);
+  } else {
+    if (rest == kMax) return TileScores<kMax, T>(qs, head_dim, kt, n, scores, s_stride);
+    ScoresOfRest<kMax - 1, T>(rest, qs, head_dim, kt, n, scores, s_stride);
+  }
+}
+
 // out[h] = Σ_t p[h * p_stride + t] · V(t) for one column block of kVecs full vectors: the keys
 // stream past in the outer loop and kQ x kVecs accumulators stay in registers (kVecs is a template
 // argument so the compiler can keep them there). Each output is one chain over t in order.
@@ -118,7 +130,7 @@ HWY_INLINE void GroupValues(const float* HWY_RESTRICT p, int64_t p_stride, int h
                             int64_t v_stride, int n, float* const* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
   const int N = static_cast<int>(hn::Lanes(d));
-  constexpr int kRegs = hn::MaxLanes(hn::ScalableTag<float>()) >= 16 ? 16 : 8;
+  constexpr int kRegs = hn::MaxLanes(hn::ScalableTag<float>()) >= 16 ? 24 : 8;  // accumulators (of 32 or 16 registers)
   constexpr int kVecs = std::min(8, kRegs / kQ > 0 ? kRegs / kQ : 1);
   int c0 = 0;
   while (c0 + N <= head_dim_v) {
@@ -158,9 +170,11 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
                            int64_t out_stride) {
   const hn::ScalableTag<float> d;
   constexpr int N = static_cast<int>(hn::MaxLanes(d));
-  // Heads per score pass: kH x (tile / N) accumulators fill about half the registers.
+  // Heads per score pass: kH x (tile / N) accumulators fill half the registers (AVX2) or, with
+  // AVX-512's 32, three quarters: 12 heads are a 4-row verification block of a model with 3 query
+  // heads per K/V head, which then reads and widens each key tile once instead of twice.
   constexpr int kV = ops::kAttentionKeyTile / N;
-  constexpr int kH = kV >= 16 ? 1 : 16 / kV;
+  constexpr int kH = kV >= 16 ? 1 : (N >= 16 ? 24 : 16) / kV;
   const int64_t n_pad = (n + ops::kAttentionKeyTile - 1) / ops::kAttentionKeyTile * ops::kAttentionKeyTile;
   float* qs = scratch;                                      // [n_q][head_dim], scaled
   float* sc = qs + static_cast<int64_t>(n_q) * head_dim;    // [n_q][n_pad]
@@ -175,7 +189,9 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
   }
   int h0 = 0;
   for (; h0 + kH <= n_q; h0 += kH) TileScores<kH, T>(qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad);
-  for (; h0 < n_q; ++h0) TileScores<1, T>(qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad);
+  // The rest in one pass too: a decode step of a model with 3 query heads per KV head (Qwen-style
+  // GQA) is all rest, and one head per pass loaded and widened every key tile 3 times.
+  if (h0 < n_q) ScoresOfRest<kH - 1, T>(n_q - h0, qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad);
 
   const float kNegInf = -std::numeric_limits<float>::infinity();
   for (int h = 0; h < n_q; ++h) {
@@ -188,10 +204,13 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
     SoftmaxWithExtra(sh, n, sinks ? sinks[h % heads_per_row] : kNegInf);
   }
 
-  // Values, up to 4 heads per pass (4 x 2 accumulators + loads fit the 16 registers of AVX2).
-  for (int g0 = 0; g0 < n_q; g0 += 4) {
-    float* o[4];
-    const int cnt = std::min(4, n_q - g0);
+  // Values, up to 4 heads per pass (4 x 2 accumulators + loads fit the 16 registers of AVX2), 6
+  // with AVX-512 (6 x 4 accumulators of a 64-wide head + its 4 value vectors fit 32): each pass
+  // reads and widens every V row once.
+  constexpr int kValueHeads = N >= 16 ? 6 : 4;
+  for (int g0 = 0; g0 < n_q; g0 += kValueHeads) {
+    float* o[kValueHeads];
+    const int cnt = std::min(kValueHeads, n_q - g0);
     for (int j = 0; j < cnt; ++j)
       o[j] = out + ((g0 + j) / heads_per_row) * out_stride + ((g0 + j) % heads_per_row) * head_dim_v;
     const float* p = sc + g0 * n_pad;
@@ -199,7 +218,9 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
       case 1: GroupValues<1, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
       case 2: GroupValues<2, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
       case 3: GroupValues<3, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
-      default: GroupValues<4, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
+      case 4: GroupValues<4, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
+      case 5: GroupValues<std::min(5, kValueHeads), T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
+      default: GroupValues<kValueHeads, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
     }
   }
 }

@@ -102,9 +102,16 @@ void MatMulFloatTyped(const WT* w, int64_t rows, int64_t cols, const float* x, i
 // Weight rows per packed group (one AVX-512 vector of f32 lanes; two AVX2 vectors, ...).
 inline constexpr int64_t kFloatGroupRows = 16;
 // Software prefetch distance in columns of a group (x 32 bytes for F16): the stream must arrive
-// from DRAM while m > 1 keeps the FMA ports busy (bundled F16 target, 2 threads: 32 columns ahead
-// decoded ~750 tok/s, 128-256 ~800-880 tok/s).
-inline constexpr int64_t kFloatPrefetchCols = 256;
+// while m > 1 keeps the FMA ports busy. Past the end of a group the prefetch goes to the same
+// offset kG groups on (the next tile's group): the group that follows in memory is one of this
+// tile's, already being read. With 256 columns and no such wrap, most of a 384-column model's
+// prefetches were for lines in flight: the bundled F16 target (L3-resident, 2 threads) decoded
+// 1,345 tok/s, with 128 and the wrap 1,490-1,520, and a 4-row verification took 1.08 -> 1.04 ms;
+// a DRAM-streamed Qwen3-0.6B FFN matrix (kernels_bench) was 5-15% faster at m = 1..8.
+inline constexpr int64_t kFloatPrefetchCols = 128;
+// One prefetch per 128 bytes of a group's stream (the other line of each pair comes with it).
+template <typename WT>
+inline constexpr int64_t kFloatPrefetchEvery = std::max<int64_t>(1, 128 / (kFloatGroupRows * sizeof(WT)));
 
 // out[g][j][l] = Σ_k packed_g[k][l] · xi[k][j] for kM activation rows and the 16 rows of each of kG
 // consecutive groups; xi holds the rows interleaved ([cols][kM]) so every broadcast is [one pointer +
@@ -127,7 +134,11 @@ HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const 
     hn::Vec<decltype(df)> wv[kG][kV];
     for (int q = 0; q < kG; ++q) {
       const WT* wk = g + q * group_stride + k * kFloatGroupRows;
-      if ((k & 3) == 0) __builtin_prefetch(wk + kFloatPrefetchCols * kFloatGroupRows);
+      if (k % kFloatPrefetchEvery<WT> == 0) {
+        const int64_t ahead = k + kFloatPrefetchCols;
+        __builtin_prefetch(ahead < cols ? wk + kFloatPrefetchCols * kFloatGroupRows
+                                        : g + (kG + q) * group_stride + (ahead - cols) * kFloatGroupRows);
+      }
       for (int v = 0; v < kV; ++v) wv[q][v] = LoadWeights(df, wk + v * N);
     }
     const float* xk = xi + k * kM;

@@ -271,10 +271,14 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     RmsNormRows(s.x.data(), L.ffn_norm, c.rms_eps, n, d, s.h.data(), pool);
     if (L.w_gate_up.rows > 0) {
       ops::MatMul(L.w_gate_up, s.h.data(), n, s.fused.data(), pool);
-      for (int i = 0; i < n; ++i) {
-        const float* gu = s.fused.data() + static_cast<size_t>(i) * 2 * c.n_ff;
-        ops::SiluMul(gu, gu + c.n_ff, c.n_ff, s.gate.data() + static_cast<size_t>(i) * c.n_ff);
-      }
+      // Rows over the threads (one row runs inline): serially, each extra verification row cost
+      // the bundled target ~6 us over its 8 layers, on 2 threads ~4.
+      pool.ParallelRange(n, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) {
+          const float* gu = s.fused.data() + static_cast<size_t>(i) * 2 * c.n_ff;
+          ops::SiluMul(gu, gu + c.n_ff, c.n_ff, s.gate.data() + static_cast<size_t>(i) * c.n_ff);
+        }
+      });
     } else {
       ops::MatMul(L.w_gate, s.h.data(), n, s.gate.data(), pool);
       ops::MatMul(L.w_up, s.h.data(), n, s.up.data(), pool);

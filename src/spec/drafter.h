@@ -32,10 +32,11 @@ struct DraftParams {
   int budget = 8;                 // propose at most this many tokens
   SamplingParams sampling;        // the target's sampling; drafts are sampled from the same transforms
   float p_min = 0.0f;             // stop before the first token whose draft probability is below
-  // Adaptive scheduling (drafters with DrafterNeeds::stops_on_survival): stop after the first token
-  // at which the draft's predicted survival, the product of calibration->Acceptance(prob) over its
-  // tokens, falls below min_survival (the survival a slot needs to pay for its verification).
-  // 0 or no calibration: off.
+  // Adaptive scheduling (drafters with DrafterNeeds::stops_on_survival): draft the next token only
+  // while it is expected to pay for its drafting and verification: while the draft's predicted
+  // survival so far (the product of calibration->Acceptance(prob) over its tokens) times
+  // calibration->MeanAcceptance() (the next token's probability is not known before it is
+  // drafted) is at least min_survival. The first token is always drafted. 0 or no calibration: off.
   float min_survival = 0.0f;
   const ProbCalibration* calibration = nullptr;
 };

@@ -18,10 +18,16 @@ constexpr double kPriorPrecision = 1.0;
 
 double ProbCalibration::Acceptance(double p) const { return Sigmoid(slope_ * Logit(p) + bias_); }
 
+double ProbCalibration::MeanAcceptance() const {
+  return (mean_hits_ + kPriorMean * kPriorMeanWeight) / (mean_tries_ + kPriorMeanWeight);
+}
+
 void ProbCalibration::Observe(double p, bool accepted) {
   const int b = std::clamp(static_cast<int>(p * kBins), 0, kBins - 1);
   hits_[b] = (1 - kDecay) * hits_[b] + (accepted ? 1.0 : 0.0);
   tries_[b] = (1 - kDecay) * tries_[b] + 1.0;
+  mean_hits_ = (1 - kDecay) * mean_hits_ + (accepted ? 1.0 : 0.0);
+  mean_tries_ = (1 - kDecay) * mean_tries_ + 1.0;
   total_ += 1;
   if (++since_fit_ >= kRefitEvery || total_ <= kRefitEvery) Refit();
 }

@@ -265,18 +265,24 @@ TEST(ProbCalibration, StartsAtItsPriorAndLearnsAMonotoneMapFromVerification) {
   EXPECT_NEAR(c.Acceptance(0.5), 1.0 / (1.0 + std::exp(-1.0)), 1e-9);
   EXPECT_GT(c.Acceptance(0.3), 0.3);
   EXPECT_LT(c.Acceptance(0.3), c.Acceptance(0.9));
+  EXPECT_NEAR(c.MeanAcceptance(), 0.75, 1e-9);
   std::mt19937 gen(5);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
+  double true_mean = 0;
   for (int i = 0; i < 3000; ++i) {
     const double p = 0.02 + 0.96 * unit(gen);
     c.Observe(p, unit(gen) < TrueAcceptance(p));
+    true_mean += TrueAcceptance(p) / 3000;
   }
   for (double p : {0.1, 0.3, 0.5, 0.7, 0.9}) EXPECT_NEAR(c.Acceptance(p), TrueAcceptance(p), 0.06) << "p = " << p;
+  // The mean outcome follows the evidence (a memory of ~200 tokens: within a few points).
+  EXPECT_NEAR(c.MeanAcceptance(), true_mean, 0.06);
   for (double p = 0.05; p < 0.95; p += 0.05) EXPECT_LT(c.Acceptance(p), c.Acceptance(p + 0.05));
   // One-sided evidence (every token accepted) moves the map up without running away.
   ProbCalibration sure;
   for (int i = 0; i < 50; ++i) sure.Observe(0.5, true);
   EXPECT_GT(sure.Acceptance(0.5), 0.9);
+  EXPECT_GT(sure.MeanAcceptance(), 0.95);
   EXPECT_TRUE(std::isfinite(sure.Acceptance(0.01)));
   EXPECT_LT(sure.Acceptance(0.01), sure.Acceptance(0.5));
 }

@@ -159,7 +159,8 @@ TEST_F(Lossless, DraftModelIngestsThePromptBeforeItsFirstProposal) {
 
 TEST_F(Lossless, DraftModelStopsWhereItsDraftsPredictedSurvivalFallsBelowTheBar) {
   // With a calibration that has no evidence yet a draft's predicted survival is the product of its
-  // tokens' prior acceptances: the draft ends at the first token that takes it below the bar.
+  // tokens' prior acceptances: the draft ends at the first token after which one more token's
+  // expected survival (times the prior mean acceptance) is below the bar.
   const auto prompt = Prompt(2);
   ASSERT_GE(prompt.size(), 12u);
   auto d = DraftModel(other_path_, 256);
@@ -178,15 +179,16 @@ TEST_F(Lossless, DraftModelStopsWhereItsDraftsPredictedSurvivalFallsBelowTheBar)
       auto draft = d->Propose(0, context, dp, rng);
       ASSERT_TRUE(draft.ok()) << draft.status().message();
       ASSERT_FALSE(draft->tokens.empty());
-      double survival = 1.0;
+      double expected_next = 1.0;
       for (size_t i = 0; i < draft->probs.size(); ++i) {
-        survival *= prior.Acceptance(draft->probs[i]);
+        expected_next *= prior.Acceptance(draft->probs[i]);
         if (i + 1 < draft->probs.size()) {
-          EXPECT_GE(survival, bar) << "token " << i << " bar " << bar;
+          EXPECT_GE(expected_next * prior.MeanAcceptance(), bar) << "token " << i << " bar " << bar;
         }
       }
+      expected_next *= prior.MeanAcceptance();
       if (draft->tokens.size() < 8) {
-        EXPECT_LT(survival, bar) << "bar " << bar;
+        EXPECT_LT(expected_next, bar) << "bar " << bar;
         ++stopped_early;
       }
       // Without the bar the same context drafts the full budget, starting with the same tokens.
