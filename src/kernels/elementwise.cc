@@ -16,6 +16,7 @@
 namespace dspark {
 HWY_EXPORT(RmsNormImpl);
 HWY_EXPORT(SoftmaxImpl);
+HWY_EXPORT(ArgMaxImpl);
 HWY_EXPORT(SiluMulImpl);
 HWY_EXPORT(AddImpl);
 HWY_EXPORT(DotF32);
@@ -28,6 +29,7 @@ void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* y
   HWY_DYNAMIC_DISPATCH(RmsNormImpl)(x, weight, eps, n, y);
 }
 void Softmax(float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(SoftmaxImpl)(x, n); }
+int64_t ArgMax(const float* x, int64_t n, float* prob) { return HWY_DYNAMIC_DISPATCH(ArgMaxImpl)(x, n, prob); }
 void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(SiluMulImpl)(gate, up, n, out);
 }

@@ -57,6 +57,18 @@ TEST(Elementwise, AllOpsAllTargets) {
           EXPECT_EQ(s[1 + 2], 0.f);
         }
       }
+      // ArgMax: the first maximum (a tie placed after it) and its softmax probability
+      if (n > 0) {
+        std::vector<float> v(a.begin() + 1, a.end());
+        const int64_t at = (n * 5) / 7;
+        v[at] = 9.f;
+        if (at + 1 < n) v[n - 1] = 9.f;
+        float p = -1.f, pr = -1.f;
+        EXPECT_EQ(ops::ArgMax(v.data(), n, &p), at) << what;
+        EXPECT_EQ(ref::ArgMax(v.data(), n, &pr), at) << what;
+        EXPECT_NEAR(p, pr, kernels::kTranscendentalRelTol * pr) << what;
+        EXPECT_EQ(ops::ArgMax(v.data(), n), at) << what;
+      }
       // SiluMul (aliasing out = gate)
       {
         std::vector<float> g(a), gr(n);

@@ -60,6 +60,9 @@ bool CanQuantize(DType type);
 void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* y);
 // In-place softmax over n elements (max-subtracted; -inf entries become 0).
 void Softmax(float* x, int64_t n);
+// Index of the largest of n > 0 elements (the first, on ties) and, if prob is not null,
+// softmax(x) at that index, without writing the distribution.
+int64_t ArgMax(const float* x, int64_t n, float* prob = nullptr);
 // out[i] = silu(gate[i]) * up[i]; out may alias gate or up.
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 // y[i] += x[i]

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/ops.h"
+
 namespace dspark {
 
 Status ValidateSamplingParams(const SamplingParams& p) {
@@ -43,12 +45,7 @@ uint64_t Rng::Next() {
 
 double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
-int32_t Argmax(const float* logits, int n_vocab) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n_vocab; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return best;
-}
+int32_t Argmax(const float* logits, int n_vocab) { return static_cast<int32_t>(ops::ArgMax(logits, n_vocab)); }
 
 void ComputeProbs(const float* logits, int n_vocab, const SamplingParams& params, std::vector<float>* probs) {
   std::vector<float>& p = *probs;

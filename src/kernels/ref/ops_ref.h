@@ -28,6 +28,16 @@ inline void Softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(std::exp(static_cast<double>(x[i]) - max) / sum);
 }
 
+inline int64_t ArgMax(const float* x, int64_t n, float* prob) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - x[best]);
+  *prob = static_cast<float>(1.0 / sum);
+  return best;
+}
+
 inline void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const double g = gate[i];

@@ -167,12 +167,9 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
       int32_t tok;
       float prob;
       if (r.params.sampling.greedy()) {
-        // The argmax's probability, for p-min and the statistics: one vectorised softmax instead of
-        // a scalar exp per vocabulary entry on every draft token.
-        tok = Argmax(logits, n_vocab);
-        q.assign(logits, logits + n_vocab);
-        ops::Softmax(q.data(), n_vocab);
-        prob = q[tok];
+        // The argmax and its probability (for p-min, the survival stop and the statistics) in two
+        // vectorised passes that write nothing.
+        tok = static_cast<int32_t>(ops::ArgMax(logits, n_vocab, &prob));
       } else {
         ComputeProbs(logits, n_vocab, r.params.sampling, &q);
         tok = SampleFromWeights(q, *r.rng);
