@@ -218,8 +218,22 @@ inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m,
   const int64_t grain = std::max<int64_t>(1, kMinTaskMacs / group_macs);
   pool.ParallelRange(g.groups, grain, [&](int64_t gb, int64_t ge, int) {
     thread_local kernels::ScratchBuffer acc_buf;
-    float* acc = acc_buf.Get<float>(static_cast<size_t>(m) * kPackedRows);
-    for (int64_t grp = gb; grp < ge; ++grp) {
+    float* acc = acc_buf.Get<float>(static_cast<size_t>(std::max<int64_t>(m, 2)) * kPackedRows);
+    int64_t grp = gb;
+    if constexpr (requires { &Format::KernelPair; }) {
+      // One activation row: two groups per pass (Format::KernelPair), same sums as one at a time.
+      for (; m == 1 && grp + 2 <= ge; grp += 2) {
+        std::memset(acc, 0, 2 * kPackedRows * sizeof(float));
+        for (int64_t u0 = 0; u0 < g.units; u0 += Format::kTileUnits)
+          Format::KernelPair(packed + grp * g.group_bytes, g, u0, std::min(g.units, u0 + Format::kTileUnits), pa, acc);
+        for (int q = 0; q < 2; ++q) {
+          const int64_t r0 = (grp + q) * kPackedRows;
+          const int64_t live = std::min<int64_t>(kPackedRows, rows - r0);
+          std::memcpy(y + r0, acc + q * kPackedRows, static_cast<size_t>(live) * sizeof(float));
+        }
+      }
+    }
+    for (; grp < ge; ++grp) {
       const uint8_t* group = packed + grp * g.group_bytes;
       std::memset(acc, 0, static_cast<size_t>(m) * kPackedRows * sizeof(float));
       for (int64_t u0 = 0; u0 < g.units; u0 += Format::kTileUnits) {
