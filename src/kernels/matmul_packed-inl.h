@@ -134,8 +134,9 @@ struct PackedQ8_0 {
 
   // Kernel<1> over two groups at once (f_io: [2][16]): one activation row gives a group only two
   // chains of 4 dependent vpdpbusd per block, and a small matrix spends as much on the driver's
-  // per-group work as on the blocks; two groups per pass halve both (hot 4096 x 192 head of the
-  // bundled draft model, kernels_bench MatMulPackedHot, 1 thread: 10.6 -> 8.9 us). Each group's sums and float chain are Kernel<1>'s.
+  // per-group work as on the blocks; two groups per pass halve both (the bundled draft model's
+  // 4096 x 192 head, kernels_bench MatMulPackedHot, 1 thread: 10.6 -> 8.9 us). Each group's sums
+  // and float chain are Kernel<1>'s.
   DSPARK_VNNI_ATTR static void KernelPair(const uint8_t* HWY_RESTRICT group0, const PackedLayout& g, int64_t b0,
                                           int64_t b1, const PackedActs& pa, float* HWY_RESTRICT f_io) {
     const uint8_t* group1 = group0 + g.group_bytes;
