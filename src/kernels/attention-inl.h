@@ -191,7 +191,8 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
   for (; h0 + kH <= n_q; h0 += kH) TileScores<kH, T>(qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad);
   // The rest in one pass too: a decode step of a model with 3 query heads per KV head (Qwen-style
   // GQA) is all rest, and one head per pass loaded and widened every key tile 3 times.
-  if (h0 < n_q) ScoresOfRest<kH - 1, T>(n_q - h0, qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad);
+  if (h0 < n_q)
+    ScoresOfRest<kH - 1, T>(n_q - h0, qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad);
 
   const float kNegInf = -std::numeric_limits<float>::infinity();
   for (int h = 0; h < n_q; ++h) {
