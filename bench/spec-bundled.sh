@@ -20,7 +20,7 @@ common=(-m "$T" -t 2 --prompts "$P" -n 128 --max-prompts 20)
 $B bench --spec "${common[@]}" --spec-type draft-dspark -md $DS --sweep n-max=2,3,4,6,8 -r 3 -o "$OUT/dspark-cut"
 $B bench --spec "${common[@]}" --spec-type draft-dspark -md $DS --sweep cost=1 --sweep n-max=3,8 -r 3 -o "$OUT/dspark-cost"
 $B bench --spec "${common[@]}" --spec-type draft-dspark -md $DS --sweep n-max=8 --temp 0.8 -s 7 -r 1 -o "$OUT/dspark-t08"
-$B bench --spec "${common[@]}" --spec-type draft-simple -md $DM --sweep n-max=3,4,6 --sweep adaptive=0,1 -r 3 -o "$OUT/draft"
+$B bench --spec "${common[@]}" --spec-type draft-simple -md $DM --sweep n-max=3,4,5,6 --sweep adaptive=0,1 -r 3 -o "$OUT/draft"
 # Prompt lookup in front of the model drafters, and alone.
 $B bench --spec "${common[@]}" --spec-type draft-simple -md $DM --spec-ngram-first --sweep n-max=3,6,8 --sweep adaptive=0,1 \
     -r 3 -o "$OUT/draft-lookup"
