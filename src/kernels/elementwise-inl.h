@@ -78,17 +78,25 @@ inline void RmsNormImpl(const float* x, const float* weight, float eps, int64_t 
   Map2(d, x, weight, n, y, [&](auto v, auto w) { return hn::Mul(hn::Mul(v, inv), w); });
 }
 
+// max(init, x[0], ..., x[n - 1]).
+inline float MaxOf(const float* x, int64_t n, float init) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = hn::Lanes(d);
+  auto vmax = hn::Set(d, init);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) vmax = hn::Max(vmax, hn::LoadU(d, x + i));
+  if (i < n) vmax = hn::Max(vmax, LoadTail(d, x + i, n - i, -std::numeric_limits<float>::infinity()));
+  return hn::GetLane(hn::MaxOfLanes(d, vmax));
+}
+
 // Softmax over x[0, n) and one more logit `extra` that takes probability mass but has no output
 // (an attention sink); extra = -inf is the plain softmax.
 inline void SoftmaxWithExtra(float* x, int64_t n, float extra) {
   const hn::ScalableTag<float> d;
   const int64_t N = hn::Lanes(d);
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  auto vmax = hn::Set(d, extra);
+  const float max = MaxOf(x, n, extra);
   int64_t i = 0;
-  for (; i + N <= n; i += N) vmax = hn::Max(vmax, hn::LoadU(d, x + i));
-  if (i < n) vmax = hn::Max(vmax, LoadTail(d, x + i, n - i, kNegInf));
-  const float max = hn::GetLane(hn::MaxOfLanes(d, vmax));
   if (max == kNegInf) {  // everything masked (or n == 0)
     for (int64_t k = 0; k < n; ++k) x[k] = 0.f;
     return;
@@ -121,11 +129,8 @@ inline int64_t ArgMaxImpl(const float* x, int64_t n, float* prob) {
   const hn::ScalableTag<float> d;
   const int64_t N = hn::Lanes(d);
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  auto vmax = hn::Set(d, kNegInf);
+  const float max = MaxOf(x, n, kNegInf);
   int64_t i = 0;
-  for (; i + N <= n; i += N) vmax = hn::Max(vmax, hn::LoadU(d, x + i));
-  if (i < n) vmax = hn::Max(vmax, LoadTail(d, x + i, n - i, kNegInf));
-  const float max = hn::GetLane(hn::MaxOfLanes(d, vmax));
   // The first element equal to the maximum (a row with NaN has none: the last index then).
   int64_t best = n - 1;
   const auto vm_eq = hn::Set(d, max);
