@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
@@ -161,34 +162,28 @@ void RegisterAll() {
   const DType types[] = {DType::kQ8_0, DType::kQ4_K, DType::kQ4_0, DType::kQ6_K, DType::kQ5_K,
                          DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kF16, DType::kBF16,
                          DType::kF32};
+  // Cache-resident: a 1024 x 1024 matrix, and the bundled models' widest (the draft model's
+  // 4096 x 192 output head, the target's 2048 x 384 fused gate/up), whose weights stay in L2/L3
+  // between decode steps on most CPUs.
+  const Shape hot_shapes[] = {{"l2_1024x1024", 1024, 1024},
+                              {"ref_draft_head_4096x192", 4096, 192},
+                              {"ref_target_gate_up_2048x384", 2048, 384}};
+  // MatMul[Packed][Hot]/<type>/<shape> for every m and 1 and 2 threads (packed only where the type
+  // has a packed layout on this CPU).
+  const auto add = [](DType t, const Shape& s, bool hot, std::initializer_list<int64_t> ms) {
+    for (bool packed : {false, true}) {
+      if (packed && ops::PackedBytes(t, s.rows, s.cols) == 0) continue;
+      const std::string name = std::string(packed ? "MatMulPacked" : "MatMul") + (hot ? "Hot/" : "/") +
+                               std::string(DTypeName(t)) + "/" + s.name;
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, t, s.rows, s.cols, hot, packed);
+      b->ArgNames({"m", "threads"})->UseRealTime();
+      for (int threads : {1, 2})
+        for (int64_t m : ms) b->Args({m, threads});
+    }
+  };
   for (DType t : types) {
-    for (const Shape& s : shapes) {
-      const std::string name = std::string("MatMul/") + std::string(DTypeName(t)) + "/" + s.name;
-      for (bool packed : {false, true}) {
-        if (packed && ops::PackedBytes(t, s.rows, s.cols) == 0) continue;
-        const std::string nm = (packed ? "MatMulPacked/" : "MatMul/") + std::string(DTypeName(t)) + "/" + s.name;
-        auto* b = benchmark::RegisterBenchmark(nm.c_str(), BM_MatMul, t, s.rows, s.cols, false, packed);
-        b->ArgNames({"m", "threads"})->UseRealTime();
-        for (int threads : {1, 2})
-          for (int64_t m : {1, 2, 4, 8, 16, 512}) b->Args({m, threads});
-      }
-    }
-    // Cache-resident: a 1024 x 1024 matrix, and the bundled models' widest (the draft model's
-    // 4096 x 192 output head, the target's 2048 x 384 fused gate/up), whose weights stay in L2/L3
-    // between decode steps on most CPUs.
-    const Shape hot_shapes[] = {{"l2_1024x1024", 1024, 1024},
-                                {"ref_draft_head_4096x192", 4096, 192},
-                                {"ref_target_gate_up_2048x384", 2048, 384}};
-    for (const Shape& s : hot_shapes) {
-      for (bool packed : {false, true}) {
-        if (packed && ops::PackedBytes(t, s.rows, s.cols) == 0) continue;
-        const std::string hot = (packed ? "MatMulPackedHot/" : "MatMulHot/") + std::string(DTypeName(t)) + "/" + s.name;
-        auto* b = benchmark::RegisterBenchmark(hot.c_str(), BM_MatMul, t, s.rows, s.cols, true, packed);
-        b->ArgNames({"m", "threads"})->UseRealTime();
-        for (int threads : {1, 2})
-          for (int64_t m : {1, 2, 4, 8, 16}) b->Args({m, threads});
-      }
-    }
+    for (const Shape& s : shapes) add(t, s, /*hot=*/false, {1, 2, 4, 8, 16, 512});
+    for (const Shape& s : hot_shapes) add(t, s, /*hot=*/true, {1, 2, 4, 8, 16});
   }
 }
 
