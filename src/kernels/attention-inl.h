@@ -130,7 +130,8 @@ HWY_INLINE void GroupValues(const float* HWY_RESTRICT p, int64_t p_stride, int h
                             int64_t v_stride, int n, float* const* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
   const int N = static_cast<int>(hn::Lanes(d));
-  constexpr int kRegs = hn::MaxLanes(hn::ScalableTag<float>()) >= 16 ? 24 : 8;  // accumulators (of 32 or 16 registers)
+  // Accumulators: 24 of AVX-512's 32 registers, 8 of AVX2's 16.
+  constexpr int kRegs = hn::MaxLanes(hn::ScalableTag<float>()) >= 16 ? 24 : 8;
   constexpr int kVecs = std::min(8, kRegs / kQ > 0 ? kRegs / kQ : 1);
   int c0 = 0;
   while (c0 + N <= head_dim_v) {

@@ -106,7 +106,7 @@ inline constexpr int64_t kFloatGroupRows = 16;
 // offset kG groups on (the next tile's group): the group that follows in memory is one of this
 // tile's, already being read. With 256 columns and no such wrap, most of a 384-column model's
 // prefetches were for lines in flight: the bundled F16 target (L3-resident, 2 threads) decoded
-// 1,345 tok/s, with 128 and the wrap 1,490-1,520, and a 4-row verification took 1.08 -> 1.04 ms;
+// 1,345 tok/s, with 128 and the wrap 1,490-1,520, and a 4-row verification took 1.08 -> 0.98 ms;
 // a DRAM-streamed Qwen3-0.6B FFN matrix (kernels_bench) was 5-15% faster at m = 1..8.
 inline constexpr int64_t kFloatPrefetchCols = 128;
 // One prefetch per 128 bytes of a group's stream (the other line of each pair comes with it).
