@@ -24,6 +24,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/ops.h"
+#include "kernels/parallel.h"
 #include "util/thread_pool.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -226,12 +227,13 @@ void MatMulFloatPacked(const WT* packed, int64_t rows, int64_t cols, const float
     for (int64_t j = 0; j < mt; ++j)
       for (int64_t k = 0; k < cols; ++k) dst[k * mt + j] = x[(j0 + j) * cols + k];
   }
-  // Threads take ranges of at least 4 groups, the widest tile. Groups are visited in blocks of 12
-  // (a multiple of every tile width) and every chunk of rows
-  // runs over a block before the next: the block's weights stay in L2 across the chunks of a long
-  // prefill.
+  // Threads take ranges of at least 4 groups, the widest tile (one range each for few rows:
+  // kernels::MatMulGrain). Groups are visited in blocks of 12 (a multiple of every tile width) and
+  // every chunk of rows runs over a block before the next: the block's weights stay in L2 across
+  // the chunks of a long prefill.
   constexpr int64_t kBlockGroups = 12;
-  pool.ParallelRange(groups, 4, [&](int64_t range_begin, int64_t range_end, int) {
+  pool.ParallelRange(groups, kernels::MatMulGrain(groups, 4, 4, m, pool), [&](int64_t range_begin, int64_t range_end,
+                                                                             int) {
     for (int64_t gb = range_begin; gb < range_end; gb += kBlockGroups)
     for (int64_t j0 = 0, ge = std::min(range_end, gb + kBlockGroups); j0 < m; j0 += chunk) {
       const int mt = static_cast<int>(std::min(chunk, m - j0));

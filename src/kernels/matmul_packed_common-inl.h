@@ -29,6 +29,7 @@
 #include "kernels/matmul_act-inl.h"
 #include "kernels/matmul_vnni-inl.h"  // DSPARK_HAVE_VNNI, DSPARK_VNNI_ATTR
 #include "kernels/ops.h"
+#include "kernels/parallel.h"
 #include "kernels/scratch.h"
 #include "util/thread_pool.h"
 
@@ -215,7 +216,7 @@ inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m,
   // attention output) runs on the calling thread instead of paying a hand-off to the pool that
   // costs more than its share of the work (2 x 192 draft model, 2 threads: 41 -> 36 us a token).
   const int64_t group_macs = kPackedRows * cols * m;
-  const int64_t grain = std::max<int64_t>(1, kMinTaskMacs / group_macs);
+  const int64_t grain = kernels::MatMulGrain(g.groups, 2, std::max<int64_t>(1, kMinTaskMacs / group_macs), m, pool);
   pool.ParallelRange(g.groups, grain, [&](int64_t gb, int64_t ge, int) {
     thread_local kernels::ScratchBuffer acc_buf;
     float* acc = acc_buf.Get<float>(static_cast<size_t>(std::max<int64_t>(m, 2)) * kPackedRows);
