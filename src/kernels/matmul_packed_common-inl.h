@@ -220,6 +220,13 @@ inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m,
   pool.ParallelRange(g.groups, grain, [&](int64_t gb, int64_t ge, int) {
     thread_local kernels::ScratchBuffer acc_buf;
     float* acc = acc_buf.Get<float>(static_cast<size_t>(std::max<int64_t>(m, 2)) * kPackedRows);
+    // The m output rows of group grp, from accumulators laid out [m][kPackedRows].
+    const auto store = [&](int64_t grp, const float* from) {
+      const int64_t r0 = grp * kPackedRows;
+      const int64_t live = std::min<int64_t>(kPackedRows, rows - r0);
+      for (int64_t j = 0; j < m; ++j)
+        std::memcpy(y + j * rows + r0, from + j * kPackedRows, static_cast<size_t>(live) * sizeof(float));
+    };
     int64_t grp = gb;
     if constexpr (requires { &Format::KernelPair; }) {
       // One activation row: two groups per pass (Format::KernelPair), same sums as one at a time.
@@ -227,11 +234,8 @@ inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m,
         std::memset(acc, 0, 2 * kPackedRows * sizeof(float));
         for (int64_t u0 = 0; u0 < g.units; u0 += Format::kTileUnits)
           Format::KernelPair(packed + grp * g.group_bytes, g, u0, std::min(g.units, u0 + Format::kTileUnits), pa, acc);
-        for (int q = 0; q < 2; ++q) {
-          const int64_t r0 = (grp + q) * kPackedRows;
-          const int64_t live = std::min<int64_t>(kPackedRows, rows - r0);
-          std::memcpy(y + r0, acc + q * kPackedRows, static_cast<size_t>(live) * sizeof(float));
-        }
+        store(grp, acc);
+        store(grp + 1, acc + kPackedRows);
       }
     }
     for (; grp < ge; ++grp) {
@@ -243,10 +247,7 @@ inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m,
           PackedChunk<Format>(std::min(kPackedRowChunk, m - j0), group, g, u0, u1, pa, j0,
                               acc + j0 * kPackedRows);
       }
-      const int64_t r0 = grp * kPackedRows;
-      const int64_t live = std::min<int64_t>(kPackedRows, rows - r0);
-      for (int64_t j = 0; j < m; ++j)
-        std::memcpy(y + j * rows + r0, acc + j * kPackedRows, static_cast<size_t>(live) * sizeof(float));
+      store(grp, acc);
     }
   });
 }
