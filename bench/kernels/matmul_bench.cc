@@ -162,12 +162,17 @@ void RegisterAll() {
   const DType types[] = {DType::kQ8_0, DType::kQ4_K, DType::kQ4_0, DType::kQ6_K, DType::kQ5_K,
                          DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kF16, DType::kBF16,
                          DType::kF32};
-  // Cache-resident: a 1024 x 1024 matrix, and the bundled models' widest (the draft model's
-  // 4096 x 192 output head, the target's 2048 x 384 fused gate/up), whose weights stay in L2/L3
-  // between decode steps on most CPUs.
+  // Cache-resident: a 1024 x 1024 matrix, the bundled models' widest (the draft model's 4096 x 192
+  // output head, the target's 2048 x 384 fused gate/up), whose weights stay in L2/L3 between decode
+  // steps on most CPUs, and the draft model's fused projections. These show where a second thread
+  // stops paying: Q8_0, m = 1, the draft's 1024 x 192 gate/up took 2.6 us on one thread and 3.4 on
+  // two, its 4096 x 192 head 9.9 and 7.5 (kMinTaskMacs).
   const Shape hot_shapes[] = {{"l2_1024x1024", 1024, 1024},
                               {"ref_draft_head_4096x192", 4096, 192},
-                              {"ref_target_gate_up_2048x384", 2048, 384}};
+                              {"ref_target_gate_up_2048x384", 2048, 384},
+                              {"ref_draft_gate_up_1024x192", 1024, 192},
+                              {"ref_draft_down_192x512", 192, 512},
+                              {"ref_draft_qkv_320x192", 320, 192}};
   // MatMul[Packed][Hot]/<type>/<shape> for every m and 1 and 2 threads (packed only where the type
   // has a packed layout on this CPU).
   const auto add = [](DType t, const Shape& s, bool hot, std::initializer_list<int64_t> ms) {
