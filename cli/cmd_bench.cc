@@ -177,20 +177,12 @@ Runner RegisterBench(CLI::App& app) {
       ->default_str("f16");
   // Speculative sweep (--spec).
   sub->add_flag("--spec", *spec, "Plain decoding and a grid of speculative settings on the same prompts");
-  sub->add_option("--model-draft,--md", sf->drafter.draft_model, "Draft model GGUF (draft-simple)");
-  sub->add_option("--threads-draft,--td", sf->drafter.threads, kThreadsDraftHelp)->check(CLI::Range(0, 1024));
-  sub->add_option("--spec-type", sf->drafter.type, "draft-simple | draft-dspark | draft-dflash | ngram | synthetic")->capture_default_str();
+  AddDrafterFlags(sub, &sf->drafter, "draft-simple | draft-dspark | draft-dflash | ngram | synthetic", /*synthetic=*/true);
   sub->add_option("--prompts", sf->prompts_file, "JSONL file of {\"prompt\": ...} objects");
   sub->add_option("--sweep", sf->sweeps, "Grid axis: n-max=3,5,7,9 | p-min=0,0.5 | n-min=0,2 | adaptive=0,1 | cost=0,1 (repeatable)");
   sub->add_option("--spec-draft-n-max", sf->schedule.n_max, "Draft cap when not swept")->capture_default_str();
   sub->add_option("--spec-draft-p-min", sf->schedule.p_min, "Confidence cut when not swept")->capture_default_str();
   sub->add_flag("--spec-adaptive", sf->schedule.adaptive, "Adaptive draft length when not swept");
-  sub->add_option("--spec-ngram-min", sf->drafter.ngram.n_min, "Shortest n-gram")->capture_default_str();
-  sub->add_option("--spec-ngram-max", sf->drafter.ngram.n_max, "Longest n-gram")->capture_default_str();
-  sub->add_flag("--spec-ngram-first", sf->drafter.ngram_first, kNgramFirstHelp);
-  sub->add_flag("--spec-dspark-full-block", sf->drafter.dspark_full_block,
-                "draft-dspark/draft-dflash: run the whole trained block every step (llama.cpp's behaviour) instead of only the rows the draft budget needs");
-  sub->add_option("--spec-synthetic-accept", sf->drafter.synthetic_accept, "Synthetic per-token acceptance")->capture_default_str();
   sub->add_option("--temp", sf->temp, "Temperature (--spec)")->capture_default_str();
   sub->add_option("-s,--seed", sf->seed, "Seed (--spec)")->capture_default_str();
   sub->add_option("-n,--n-predict", sf->n_predict, "Tokens per prompt (--spec)")->capture_default_str();

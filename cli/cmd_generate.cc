@@ -163,15 +163,13 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("--min-p", f->min_p, "Min-p (0 = off)")->capture_default_str();
   sub->add_option("-s,--seed", f->seed, "Sampling seed")->capture_default_str();
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
-  sub->add_option("--threads-draft,--td", f->drafter.threads, kThreadsDraftHelp)->check(CLI::Range(0, 1024));
+  AddDrafterFlags(sub, &f->drafter, "none | draft-simple | draft-dspark | draft-dflash | ngram | synthetic", /*synthetic=*/true);
   sub->add_option("-c,--ctx-size", f->ctx_size, "Context size (default: min(train context, 4096))");
   sub->add_option("--stop", f->stop, "Stop string (repeatable)");
   sub->add_flag("--json", f->json, "Print one JSON object with text, ids and stats");
   sub->add_flag("--no-repack", f->no_repack, kNoRepackHelp);
   sub->add_flag("--parse-special", f->parse_special, "Parse special tokens written in the prompt");
   sub->add_flag("--ignore-eos", f->ignore_eos, "Do not stop at end-of-generation tokens");
-  sub->add_option("--model-draft,--md", f->drafter.draft_model, "Draft model GGUF (draft-simple, draft-dspark, draft-dflash)");
-  sub->add_option("--spec-type", f->drafter.type, "none | draft-simple | draft-dspark | draft-dflash | ngram | synthetic")->capture_default_str();
   sub->add_option("--spec-draft-n-max", f->schedule.n_max, "Most tokens drafted per step")->capture_default_str()->check(CLI::Range(1, 64));
   sub->add_option("--spec-draft-n-min", f->schedule.n_min, "Drop drafts shorter than this")->capture_default_str()->check(CLI::Range(0, 64));
   sub->add_option("--spec-draft-p-min", f->schedule.p_min, "Stop drafting below this draft probability (draft-dspark: below this confidence)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
@@ -180,12 +178,6 @@ Runner RegisterGenerate(CLI::App& app) {
                   "ms (default with a confidence head)")
       ->check(CLI::IsMember({"cut", "cost"}));
   sub->add_flag("--spec-adaptive", f->schedule.adaptive, "Choose each draft's length from measured acceptance and cost (a draft model ends each draft where its calibrated survival stops paying for verification)");
-  sub->add_option("--spec-ngram-min", f->drafter.ngram.n_min, "Shortest n-gram to match")->capture_default_str();
-  sub->add_option("--spec-ngram-max", f->drafter.ngram.n_max, "Longest n-gram to match")->capture_default_str();
-  sub->add_flag("--spec-ngram-first", f->drafter.ngram_first, kNgramFirstHelp);
-  sub->add_flag("--spec-dspark-full-block", f->drafter.dspark_full_block,
-                "draft-dspark/draft-dflash: run the whole trained block every step (llama.cpp's behaviour) instead of only the rows the draft budget needs");
-  sub->add_option("--spec-synthetic-accept", f->drafter.synthetic_accept, "Per-token acceptance of the synthetic drafter")->capture_default_str();
   sub->add_flag("--compare", f->compare, "Also run plain decoding and report the speed-up and whether outputs match");
   return [f] { return RunGenerate(*f); };
 }

@@ -132,7 +132,7 @@ Runner RegisterServe(CLI::App& app) {
       ->transform(CLI::CheckedTransformer(kCacheTypes, CLI::ignore_case))
       ->default_str("f16");
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
-  sub->add_option("--threads-draft,--td", f->drafter.threads, kThreadsDraftHelp)->check(CLI::Range(0, 1024));
+  AddDrafterFlags(sub, &f->drafter, "none | draft-simple | draft-dspark | draft-dflash | ngram", /*synthetic=*/false);
   sub->add_option("--api-key", f->server.api_key, "Require \"Authorization: Bearer KEY\" on every /v1 endpoint");
   sub->add_option("--max-queue", f->server.max_queue, "Requests waiting beyond --parallel before 429")->capture_default_str()->check(CLI::Range(0, 100000));
   sub->add_option("--max-body", f->server.max_body_bytes, "Largest request body in bytes (413 above)")->capture_default_str();
@@ -141,18 +141,11 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("--chat-template-file", f->chat_template_file, "Jinja chat template (default: the GGUF's tokenizer.chat_template)");
   sub->add_flag("--no-repack", f->no_repack, kNoRepackHelp);
   sub->add_flag("-v,--verbose", f->verbose, "Debug log: one line per engine step (rows, drafts, pass and draft time)");
-  sub->add_option("--model-draft,--md", f->drafter.draft_model, "Draft model GGUF (draft-simple, draft-dspark, draft-dflash)");
-  sub->add_option("--spec-type", f->drafter.type, "none | draft-simple | draft-dspark | draft-dflash | ngram")->capture_default_str();
   sub->add_option("--spec-draft-n-max", f->schedule.n_max, "Most tokens drafted per step")->capture_default_str()->check(CLI::Range(1, 64));
   sub->add_option("--spec-draft-n-min", f->schedule.n_min, "Drop drafts shorter than this")->capture_default_str()->check(CLI::Range(0, 64));
   sub->add_option("--spec-draft-p-min", f->schedule.p_min, "Stop drafting below this draft probability")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   sub->add_flag("--spec-adaptive,!--no-spec-adaptive", f->schedule.adaptive,
                 "Admit draft slots across the batch while expected tokens/ms rises (default on)");
-  sub->add_option("--spec-ngram-min", f->drafter.ngram.n_min, "Shortest n-gram to match")->capture_default_str();
-  sub->add_option("--spec-ngram-max", f->drafter.ngram.n_max, "Longest n-gram to match")->capture_default_str();
-  sub->add_flag("--spec-ngram-first", f->drafter.ngram_first, kNgramFirstHelp);
-  sub->add_flag("--spec-dspark-full-block", f->drafter.dspark_full_block,
-                "draft-dspark/draft-dflash: run the whole trained block every step (llama.cpp's behaviour) instead of only the rows the draft budget needs");
   return [f] { return RunServe(*f); };
 }
 

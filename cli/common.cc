@@ -24,4 +24,23 @@ std::string DefaultModelPath() {
   return "models/ref-target.gguf";
 }
 
+void AddDrafterFlags(CLI::App* sub, DrafterConfig* drafter, const std::string& types_help, bool synthetic) {
+  sub->add_option("--model-draft,--md", drafter->draft_model, "Draft model GGUF (draft-simple, draft-dspark, draft-dflash)");
+  sub->add_option("--threads-draft,--td", drafter->threads,
+                  "Threads of a model drafter (draft-simple, draft-dspark); default: the target's pool")
+      ->check(CLI::Range(0, 1024));
+  sub->add_option("--spec-type", drafter->type, types_help)->capture_default_str();
+  sub->add_option("--spec-ngram-min", drafter->ngram.n_min, "Shortest n-gram to match")->capture_default_str();
+  sub->add_option("--spec-ngram-max", drafter->ngram.n_max, "Longest n-gram to match")->capture_default_str();
+  sub->add_flag("--spec-ngram-first", drafter->ngram_first,
+                "Prompt lookup first: where the last n tokens occurred before, propose what followed (free); "
+                "the model drafter drafts only where the context does not repeat");
+  sub->add_flag("--spec-dspark-full-block", drafter->dspark_full_block,
+                "draft-dspark/draft-dflash: run the whole trained block every step (llama.cpp's behaviour) instead of "
+                "only the rows the draft budget needs");
+  if (synthetic)
+    sub->add_option("--spec-synthetic-accept", drafter->synthetic_accept, "Per-token acceptance of the synthetic drafter")
+        ->capture_default_str();
+}
+
 }  // namespace dspark::cli

@@ -6,7 +6,10 @@
 #include <memory>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 #include "model/model.h"
+#include "spec/drafters/factory.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dspark::cli {
@@ -26,12 +29,11 @@ inline constexpr const char* kCacheTypeHelp = "KV cache element type: f16 (half 
 inline constexpr const char* kNoRepackHelp =
     "Keep weights in the file's row layout (skip repacking for this CPU's kernels: less memory, slower decode)";
 
-// The --threads-draft help text (generate, bench, serve).
-inline constexpr const char* kNgramFirstHelp =
-    "Prompt lookup first: where the last n tokens occurred before, propose what followed (free); "
-    "the model drafter drafts only where the context does not repeat";
-inline constexpr const char* kThreadsDraftHelp =
-    "Threads of a model drafter (draft-simple, draft-dspark); default: the target's pool";
+// The drafter flags generate, bench and serve share (llama.cpp's names): --model-draft/--md,
+// --threads-draft/--td, --spec-type (types_help lists the types the command takes),
+// --spec-ngram-min/-max, --spec-ngram-first, --spec-dspark-full-block and, with synthetic,
+// --spec-synthetic-accept. The scheduling flags differ per command and stay with each.
+void AddDrafterFlags(CLI::App* sub, DrafterConfig* drafter, const std::string& types_help, bool synthetic);
 
 // -c/--ctx-size when given, else the model's training context capped at 4096.
 inline int ContextSize(int requested, const Model& model) {
