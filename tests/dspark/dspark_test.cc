@@ -25,24 +25,7 @@ Loaded LoadTarget(const std::string& path) { return testing::LoadModelForTest(pa
 
 std::string Tmp(const std::string& name) { return testing::TempPath("dspark_test_" + name + ".gguf"); }
 
-// Plain greedy decoding written independently of the engine.
-std::vector<int32_t> ReferenceGreedy(Model& m, ThreadPool& pool, const std::vector<int32_t>& prompt, int n) {
-  KvCache cache(m.config(), 1, 512);
-  Batch b;
-  for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], static_cast<int>(i), 0, i + 1 == prompt.size());
-  auto out = m.Forward(b, cache, pool);
-  std::vector<int32_t> gen;
-  int pos = static_cast<int>(prompt.size());
-  while (static_cast<int>(gen.size()) < n) {
-    const int32_t t = Argmax(out->logits.data(), m.config().n_vocab);
-    gen.push_back(t);
-    if (static_cast<int>(gen.size()) == n) break;
-    Batch one;
-    one.Add(t, pos++, 0, true);
-    out = m.Forward(one, cache, pool);
-  }
-  return gen;
-}
+using testing::ReferenceGreedy;
 
 class DSpark : public ::testing::Test {
  protected:

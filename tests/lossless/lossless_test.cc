@@ -23,24 +23,7 @@ namespace {
 using Loaded = testing::LoadedModel;
 Loaded Load(const std::string& path) { return testing::LoadModelForTest(path); }
 
-// Plain greedy decoding written independently of the engine: one Forward per token.
-std::vector<int32_t> ReferenceGreedy(Model& m, ThreadPool& pool, const std::vector<int32_t>& prompt, int n, int n_ctx) {
-  KvCache cache(m.config(), 1, n_ctx);
-  Batch b;
-  for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], static_cast<int>(i), 0, i + 1 == prompt.size());
-  auto out = m.Forward(b, cache, pool);
-  std::vector<int32_t> gen;
-  int pos = static_cast<int>(prompt.size());
-  while (static_cast<int>(gen.size()) < n) {
-    const int32_t t = Argmax(out->logits.data(), m.config().n_vocab);
-    gen.push_back(t);
-    if (pos >= n_ctx || static_cast<int>(gen.size()) == n) break;
-    Batch one;
-    one.Add(t, pos++, 0, true);
-    out = m.Forward(one, cache, pool);
-  }
-  return gen;
-}
+using testing::ReferenceGreedy;
 
 class Lossless : public ::testing::Test {
  protected:

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace dspark::testing {
 
 SynthSpec TinySpec(const std::string& arch, DType type, int n_vocab) {
@@ -41,6 +43,29 @@ LoadedModel LoadModelForTest(const std::string& path) {
   EXPECT_TRUE(t.ok()) << t.status().message();
   if (t.ok()) l.tok = std::move(*t);
   return l;
+}
+
+std::vector<int32_t> ReferenceGreedy(Model& m, ThreadPool& pool, const std::vector<int32_t>& prompt, int n,
+                                     int n_ctx) {
+  KvCache cache(m.config(), 1, n_ctx);
+  Batch b;
+  for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], static_cast<int>(i), 0, i + 1 == prompt.size());
+  auto out = m.Forward(b, cache, pool);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  std::vector<int32_t> gen;
+  int pos = static_cast<int>(prompt.size());
+  const int n_vocab = m.config().n_vocab;
+  while (out.ok() && static_cast<int>(gen.size()) < n) {
+    const float* logits = out->logits.data();
+    const int32_t t = static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits);
+    gen.push_back(t);
+    if (pos >= n_ctx || static_cast<int>(gen.size()) == n) break;
+    Batch one;
+    one.Add(t, pos++, 0, true);
+    out = m.Forward(one, cache, pool);
+    EXPECT_TRUE(out.ok()) << out.status().message();
+  }
+  return gen;
 }
 
 }  // namespace dspark::testing

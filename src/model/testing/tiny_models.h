@@ -2,9 +2,10 @@
 // util/testing/temp_dir.h).
 #pragma once
 
-#include <string>
-
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -27,5 +28,10 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tok;
 };
 LoadedModel LoadModelForTest(const std::string& path);
+
+// Plain greedy decoding written independently of the engines: one Forward per token, the first
+// largest logit, until n tokens or a context of n_ctx. The reference speculative output must equal.
+std::vector<int32_t> ReferenceGreedy(Model& m, ThreadPool& pool, const std::vector<int32_t>& prompt, int n,
+                                     int n_ctx = 512);
 
 }  // namespace dspark::testing
