@@ -33,6 +33,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Prefetch distance in value rows.
 inline constexpr int kKeyPrefetch = 4;
+// Query heads from which the score pass prefetches the values (AttentionT).
+inline constexpr int kPrefetchValuesHeads = 6;
 
 template <typename T>
 HWY_INLINE void PrefetchRow(const T* p, int n) {
@@ -60,14 +62,17 @@ HWY_INLINE float KvToFloat(hwy::float16_t x) {
 // (verification), which exact speculative decoding needs.
 template <int kH, typename T>
 HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T* HWY_RESTRICT kt, int n,
-                             float* HWY_RESTRICT scores, int64_t s_stride) {
+                             float* HWY_RESTRICT scores, int64_t s_stride, const uint8_t* v_ahead,
+                             int64_t v_tile_bytes) {
   const hn::ScalableTag<float> d;
   constexpr int N = static_cast<int>(hn::MaxLanes(d));
   constexpr int kV = ops::kAttentionKeyTile / N;  // vectors per tile row
   const int64_t tile_elems = static_cast<int64_t>(head_dim) * ops::kAttentionKeyTile;
+  const int64_t v_step = v_tile_bytes / head_dim;  // V bytes to prefetch per dimension of a tile
   for (int t0 = 0; t0 < n; t0 += ops::kAttentionKeyTile) {
     const T* tile = kt + (t0 / ops::kAttentionKeyTile) * tile_elems;
     const bool more = t0 + ops::kAttentionKeyTile < n;
+    const uint8_t* v_tile = v_ahead == nullptr ? nullptr : v_ahead + (t0 / ops::kAttentionKeyTile) * v_tile_bytes;
     hn::Vec<decltype(d)> acc[kH][kV];
     for (int h = 0; h < kH; ++h)
       for (int v = 0; v < kV; ++v) acc[h][v] = hn::Zero(d);
@@ -75,6 +80,9 @@ HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T
       const T* row = tile + i * ops::kAttentionKeyTile;
       // The next tile is one sequential stream: one line ahead per dimension keeps it coming.
       if (more && (i * ops::kAttentionKeyTile * static_cast<int>(sizeof(T))) % 64 == 0) __builtin_prefetch(row + tile_elems);
+      // The values of this tile's keys (v_ahead: nullptr for none), spread over its dimensions.
+      if (v_ahead != nullptr)
+        for (int64_t b = i * v_step; b < (i + 1) * v_step; b += 64) __builtin_prefetch(v_tile + b);
       hn::Vec<decltype(d)> kv[kV];
       for (int v = 0; v < kV; ++v) kv[v] = LoadKv(d, row + v * N);
       for (int h = 0; h < kH; ++h) {
@@ -90,12 +98,13 @@ HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T
 // TileScores for `rest` (1..kMax) heads in one pass: the template argument is chosen at run time.
 template <int kMax, typename T>
 HWY_INLINE void ScoresOfRest(int rest, const float* HWY_RESTRICT qs, int head_dim, const T* HWY_RESTRICT kt, int n,
-                             float* HWY_RESTRICT scores, int64_t s_stride) {
+                             float* HWY_RESTRICT scores, int64_t s_stride, const uint8_t* v_ahead,
+                             int64_t v_tile_bytes) {
   if constexpr (kMax <= 1) {
-    TileScores<1, T>(qs, head_dim, kt, n, scores, s_stride);
+    TileScores<1, T>(qs, head_dim, kt, n, scores, s_stride, v_ahead, v_tile_bytes);
   } else {
-    if (rest == kMax) return TileScores<kMax, T>(qs, head_dim, kt, n, scores, s_stride);
-    ScoresOfRest<kMax - 1, T>(rest, qs, head_dim, kt, n, scores, s_stride);
+    if (rest == kMax) return TileScores<kMax, T>(qs, head_dim, kt, n, scores, s_stride, v_ahead, v_tile_bytes);
+    ScoresOfRest<kMax - 1, T>(rest, qs, head_dim, kt, n, scores, s_stride, v_ahead, v_tile_bytes);
   }
 }
 
@@ -189,11 +198,22 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
     return;
   }
   int h0 = 0;
-  for (; h0 + kH <= n_q; h0 += kH) TileScores<kH, T>(qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad);
+  // With several rows' heads, the first score pass also prefetches V, tile by tile as it reads K,
+  // so the value pass finds it in cache: a pass finds a layer's K/V evicted by the weights streamed
+  // since the layer last ran (kernels_bench AttentionCold, medians of 5 alternating runs, 4 rows:
+  // bundled target 14.1 -> 12.7 us over 256 cells and 54 -> 46 over 1,024, Qwen3-0.6B shape 83 ->
+  // 67 over 1,024). A decode row's pass over K is too short to hide the prefetches: with one row
+  // they gained nothing and cost the Qwen3-0.6B shape up to 8%.
+  const auto* v_ahead = n_q >= kPrefetchValuesHeads ? reinterpret_cast<const uint8_t*>(v) : nullptr;
+  const int64_t v_tile_bytes = static_cast<int64_t>(ops::kAttentionKeyTile) * v_stride * static_cast<int64_t>(sizeof(T));
+  for (; h0 + kH <= n_q; h0 += kH)
+    TileScores<kH, T>(qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad, h0 == 0 ? v_ahead : nullptr,
+                      v_tile_bytes);
   // The rest in one pass too: a decode step of a model with 3 query heads per KV head (Qwen-style
   // GQA) is all rest, and one head per pass loaded and widened every key tile 3 times.
   if (h0 < n_q)
-    ScoresOfRest<kH - 1, T>(n_q - h0, qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad);
+    ScoresOfRest<kH - 1, T>(n_q - h0, qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad,
+                            h0 == 0 ? v_ahead : nullptr, v_tile_bytes);
 
   const float kNegInf = -std::numeric_limits<float>::infinity();
   for (int h = 0; h < n_q; ++h) {
