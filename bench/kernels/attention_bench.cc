@@ -47,9 +47,8 @@ void BM_Attention(benchmark::State& state, int heads_per_row, int head_dim, bool
   int c = 0;
   for (auto _ : state) {
     ops::Attention(q.data(), stride, n_q, heads_per_row, head_dim, head_dim, DType::kF16, kt.data() + c * kt_elems,
-                   v.data() + c * v_elems,
-                   head_dim, n, shared, rows > 1 ? visible.data() : nullptr, 0.125f, nullptr, scratch.data(),
-                   out.data(), stride);
+                   v.data() + c * v_elems, head_dim, n, shared, rows > 1 ? visible.data() : nullptr, 0.125f,
+                   nullptr, scratch.data(), out.data(), stride);
     benchmark::DoNotOptimize(out.data());
     c = (c + 1) % copies;
   }

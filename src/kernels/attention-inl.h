@@ -6,7 +6,8 @@
 // Qwen3-0.6B step spent more on reductions than on multiplies), a key tile is loaded once for all
 // the heads of all the rows in the call (a verification block shares every load), and each score
 // is the same FMA chain whoever else is in the call. Values stay row-major; each V row is read
-// once per pass of up to 4 heads with the accumulators in registers.
+// once per pass of up to 4 heads (6 with AVX-512) with the accumulators in registers, and a call
+// with several rows prefetches them during its first score pass.
 #if defined(DSPARK_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef DSPARK_KERNELS_ATTENTION_INL_H_
 #undef DSPARK_KERNELS_ATTENTION_INL_H_
