@@ -154,11 +154,13 @@ struct Shape {
 void RegisterAll() {
   benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Arg(1)->Arg(2)->UseRealTime();
   benchmark::RegisterBenchmark("ReadStream", BM_ReadStream)->Arg(1)->Arg(2)->UseRealTime();
-  // Qwen3-0.6B: n_embd 1024, n_ff 3072 (q/o 1024x1024 per head group); Qwen3-1.7B: 2048 x 6144.
+  // Qwen3-0.6B: n_embd 1024, n_ff 3072 (q/o 1024x1024 per head group); Qwen3-1.7B: 2048 x 6144, and
+  // its gate and up projections fused into one matrix as the engine runs them (PackFused).
   const Shape shapes[] = {{"qwen06_up_3072x1024", 3072, 1024},
                           {"qwen06_down_1024x3072", 1024, 3072},
                           {"qwen06_attn_1024x1024", 1024, 1024},
-                          {"qwen17_up_6144x2048", 6144, 2048}};
+                          {"qwen17_up_6144x2048", 6144, 2048},
+                          {"qwen17_gate_up_12288x2048", 12288, 2048}};
   const DType types[] = {DType::kQ8_0, DType::kQ4_K, DType::kQ4_0, DType::kQ6_K, DType::kQ5_K,
                          DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kF16, DType::kBF16,
                          DType::kF32};

@@ -3,7 +3,6 @@
 #include <cstring>
 #include <map>
 
-#include "kernels/scratch.h"
 #include "util/log.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
@@ -11,11 +10,8 @@
 namespace dspark {
 
 void* PackedWeights::Allocate(size_t n) {
-  void* dst = std::aligned_alloc(64, kernels::RoundUp(n, 64));
-  DSPARK_CHECK_MSG(dst != nullptr, "PackedWeights: out of memory");
-  buffers_.emplace_back(dst);
-  bytes_ += n;
-  return dst;
+  ++matrices_;
+  return arena_.Allocate(n, 64);
 }
 
 namespace {
@@ -42,8 +38,9 @@ void PackedWeights::Pack(const std::vector<ops::WeightView*>& views, int threads
     v->packed = dst;
     done.emplace(v->data, dst);
   }
-  if (!buffers_.empty())
-    DSPARK_LOG_DEBUG("packed {} weight matrices ({:.1f} MiB) for this CPU's kernels", buffers_.size(), bytes_ / 1048576.0);
+  if (matrices_ > 0)
+    DSPARK_LOG_DEBUG("packed {} weight matrices ({:.1f} MiB{}) for this CPU's kernels", matrices_, bytes() / 1048576.0,
+                     huge_pages() ? ", huge pages" : "");
 }
 
 bool PackedWeights::PackFused(const std::vector<const ops::WeightView*>& parts, ops::WeightView* fused, int threads) {

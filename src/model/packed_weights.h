@@ -6,11 +6,11 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdlib>
 #include <memory>
 #include <vector>
 
 #include "kernels/ops.h"
+#include "util/huge_page_arena.h"
 
 namespace dspark {
 
@@ -30,17 +30,17 @@ class PackedWeights {
   // layout on this CPU.
   bool PackFused(const std::vector<const ops::WeightView*>& parts, ops::WeightView* fused, int threads = 0);
 
-  size_t bytes() const { return bytes_; }
-  size_t matrices() const { return buffers_.size(); }
+  size_t bytes() const { return arena_.allocated(); }
+  size_t matrices() const { return matrices_; }
+  // Whether the copies sit on transparent huge pages (util/huge_page_arena.h).
+  bool huge_pages() const { return arena_.huge_pages(); }
 
  private:
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
   void* Allocate(size_t n);
 
-  std::vector<std::unique_ptr<void, Free>> buffers_;
-  size_t bytes_ = 0;
+  // The copies, one after another on 2 MiB pages: a decode step streams all of them.
+  HugePageArena arena_;
+  size_t matrices_ = 0;
 };
 
 }  // namespace dspark

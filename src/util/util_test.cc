@@ -2,10 +2,13 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "util/dtype.h"
 #include "util/fp16.h"
+#include "util/huge_page_arena.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
 
@@ -78,6 +81,37 @@ TEST(DType, GeometryMatchesGgml) {
   EXPECT_EQ(DTypeFromName("bf16"), DType::kBF16);
   EXPECT_FALSE(DTypeFromName("q9_9").has_value());
   EXPECT_FALSE(GetDTypeInfo(4).has_value());  // removed Q4_2
+}
+
+TEST(HugePageArena, HandsOutAlignedDisjointWritableBlocks) {
+  HugePageArena arena;
+  std::vector<std::pair<uint8_t*, size_t>> blocks;
+  // Small blocks share a region; one larger than a region gets its own; then small ones again.
+  for (size_t n : {size_t{100}, size_t{4096}, size_t{1} << 20, HugePageArena::kRegionBytes + 12345, size_t{7},
+                   size_t{3} << 20}) {
+    auto* p = static_cast<uint8_t*>(arena.Allocate(n, 64));
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << n;
+    std::memset(p, static_cast<int>(blocks.size() + 1), n);
+    blocks.emplace_back(p, n);
+  }
+  // Every block still holds its own fill: none overlapped another.
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const auto [p, n] = blocks[b];
+    EXPECT_EQ(p[0], b + 1);
+    EXPECT_EQ(p[n - 1], b + 1);
+    for (size_t o = 0; o < blocks.size(); ++o) {
+      if (o == b) continue;
+      const bool disjoint = p + n <= blocks[o].first || blocks[o].first + blocks[o].second <= p;
+      EXPECT_TRUE(disjoint) << b << " overlaps " << o;
+    }
+  }
+  size_t total = 0;
+  for (const auto& blk : blocks) total += blk.second;
+  EXPECT_EQ(arena.allocated(), total);
+  EXPECT_GE(arena.reserved(), total);
+  auto* page = static_cast<uint8_t*>(arena.Allocate(10, HugePageArena::kHugePage));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(page) % HugePageArena::kHugePage, 0u);
 }
 
 }  // namespace

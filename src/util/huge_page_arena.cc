@@ -1,0 +1,74 @@
+#include "util/huge_page_arena.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+
+#include "util/status.h"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace dspark {
+
+namespace {
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+HugePageArena::~HugePageArena() {
+  for (const Region& r : regions_) {
+#if defined(__linux__)
+    if (r.mapped) {
+      ::munmap(r.mapping, r.mapping_bytes);
+      continue;
+    }
+#endif
+    std::free(r.mapping);
+  }
+}
+
+void HugePageArena::AddRegion(size_t min_bytes) {
+  Region r;
+  const size_t usable = RoundUp(std::max(min_bytes, kRegionBytes), kHugePage);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  // One huge page of slack, so the usable range can start on a 2 MiB boundary.
+  r.mapping_bytes = usable + kHugePage;
+  void* p = ::mmap(nullptr, r.mapping_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p != MAP_FAILED) {
+    r.mapping = p;
+    r.mapped = true;
+    r.begin = reinterpret_cast<char*>(RoundUp(reinterpret_cast<uintptr_t>(p), kHugePage));
+    r.end = r.begin + usable;
+    // Advice only: without THP the range stays on small pages and works the same.
+    if (::madvise(r.begin, usable, MADV_HUGEPAGE) != 0) huge_pages_ = false;
+  }
+#endif
+  if (!r.mapped) {
+    huge_pages_ = false;
+    r.mapping_bytes = usable;
+    r.mapping = std::aligned_alloc(kHugePage, usable);
+    DSPARK_CHECK_MSG(r.mapping != nullptr, "HugePageArena: out of memory");
+    r.begin = static_cast<char*>(r.mapping);
+    r.end = r.begin + usable;
+  }
+  regions_.push_back(r);
+  cursor_ = r.begin;
+  reserved_ += usable;
+}
+
+void* HugePageArena::Allocate(size_t n, size_t align) {
+  DSPARK_CHECK_MSG(align > 0 && (align & (align - 1)) == 0 && align <= kHugePage,
+                   "HugePageArena: alignment must be a power of two up to 2 MiB");
+  n = std::max<size_t>(n, 1);
+  char* at = regions_.empty() ? nullptr : reinterpret_cast<char*>(RoundUp(reinterpret_cast<uintptr_t>(cursor_), align));
+  if (at == nullptr || at + n > regions_.back().end) {
+    AddRegion(n);
+    at = cursor_;
+  }
+  cursor_ = at + n;
+  allocated_ += n;
+  return at;
+}
+
+}  // namespace dspark
