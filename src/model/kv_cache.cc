@@ -11,10 +11,10 @@ KvCache::KvCache(const ModelConfig& c, int n_seq, int n_ctx, DType type)
     : n_layer_(c.n_layer), n_seq_(n_seq), n_ctx_(n_ctx), n_head_kv_(c.n_head_kv),
       n_cap_((n_ctx + ops::kAttentionKeyTile - 1) / ops::kAttentionKeyTile * ops::kAttentionKeyTile),
       head_dim_(c.head_dim), head_dim_v_(c.head_dim_v), type_(type), elem_(type == DType::kF16 ? 2 : 4),
-      k_(static_cast<size_t>(c.n_layer) * n_seq * n_cap_ * c.kv_dim() * elem_),
-      v_(static_cast<size_t>(c.n_layer) * n_seq * n_cap_ * c.v_dim() * elem_),
-      length_(n_seq, 0) {
+      memory_(std::make_unique<HugePageArena>()), length_(n_seq, 0) {
   DSPARK_CHECK_MSG(type == DType::kF16 || type == DType::kF32, "KvCache: type must be F16 or F32");
+  k_ = static_cast<uint8_t*>(memory_->Allocate(static_cast<size_t>(c.n_layer) * n_seq * n_cap_ * c.kv_dim() * elem_));
+  v_ = static_cast<uint8_t*>(memory_->Allocate(static_cast<size_t>(c.n_layer) * n_seq * n_cap_ * c.v_dim() * elem_));
 }
 
 Status KvCache::CheckSeq(int seq) const {
@@ -39,8 +39,8 @@ Status KvCache::Copy(int src, int dst) {
   const size_t nk = (n + ops::kAttentionKeyTile - 1) / ops::kAttentionKeyTile * ops::kAttentionKeyTile;
   for (int l = 0; l < n_layer_; ++l) {
     for (int h = 0; h < n_head_kv_; ++h) {
-      std::memcpy(k_.data() + Offset(l, dst, h, 0) * head_dim_ * elem_, KTiles(l, src, h), nk * head_dim_ * elem_);
-      std::memcpy(v_.data() + Offset(l, dst, h, 0) * head_dim_v_ * elem_, V(l, src, h, 0), n * head_dim_v_ * elem_);
+      std::memcpy(k_ + Offset(l, dst, h, 0) * head_dim_ * elem_, KTiles(l, src, h), nk * head_dim_ * elem_);
+      std::memcpy(v_ + Offset(l, dst, h, 0) * head_dim_v_ * elem_, V(l, src, h, 0), n * head_dim_v_ * elem_);
     }
   }
   length_[dst] = length_[src];
@@ -64,7 +64,7 @@ void KvCache::WriteK(int layer, int seq, int cell, const float* k) {
   const size_t first = ((static_cast<size_t>(cell) / tile) * head_dim_ * tile + cell % tile) * elem_;
   for (int h = 0; h < n_head_kv_; ++h) {
     Store(k + h * head_dim_, head_dim_, row);
-    uint8_t* dst = k_.data() + Offset(layer, seq, h, 0) * head_dim_ * elem_ + first;
+    uint8_t* dst = k_ + Offset(layer, seq, h, 0) * head_dim_ * elem_ + first;
     if (elem_ == 2) {
       for (size_t i = 0; i < head_dim_; ++i) std::memcpy(dst + i * tile * 2, row + i * 2, 2);
     } else {
@@ -75,7 +75,7 @@ void KvCache::WriteK(int layer, int seq, int cell, const float* k) {
 
 void KvCache::WriteV(int layer, int seq, int cell, const float* v) {
   for (int h = 0; h < n_head_kv_; ++h)
-    Store(v + h * head_dim_v_, head_dim_v_, v_.data() + Offset(layer, seq, h, cell) * head_dim_v_ * elem_);
+    Store(v + h * head_dim_v_, head_dim_v_, v_ + Offset(layer, seq, h, cell) * head_dim_v_ * elem_);
 }
 
 void KvCache::ClearAll() { std::fill(length_.begin(), length_.end(), 0); }

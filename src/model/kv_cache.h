@@ -13,10 +13,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/config.h"
 #include "util/dtype.h"
+#include "util/huge_page_arena.h"
 #include "util/status.h"
 
 namespace dspark {
@@ -40,11 +42,11 @@ class KvCache {
 
   // One head's keys of every cell in ops::Attention's tiled layout, elements of type().
   const void* KTiles(int layer, int seq, int head) const {
-    return k_.data() + Offset(layer, seq, head, 0) * head_dim_ * elem_;
+    return k_ + Offset(layer, seq, head, 0) * head_dim_ * elem_;
   }
   // One head's value [head_dim_v] at `cell`, elements of type(); the next cell follows contiguously.
   const void* V(int layer, int seq, int head, int cell) const {
-    return v_.data() + Offset(layer, seq, head, cell) * head_dim_v_ * elem_;
+    return v_ + Offset(layer, seq, head, cell) * head_dim_v_ * elem_;
   }
   // Stores one cell's keys [n_head_kv * head_dim] and values [n_head_kv * head_dim_v] (all heads,
   // as the projections produce them), converting to type().
@@ -59,7 +61,7 @@ class KvCache {
   void Advance(int seq, int n) { length_[seq] += n; }
   Status CheckSeq(int seq) const;
 
-  size_t bytes() const { return k_.size() + v_.size(); }
+  size_t bytes() const { return memory_->allocated(); }
 
  private:
   // Element rows (of head_dim or head_dim_v) before `cell` of a head; heads hold n_cap_ cells.
@@ -73,7 +75,11 @@ class KvCache {
   size_t head_dim_, head_dim_v_;
   DType type_;
   size_t elem_;  // bytes per element
-  std::vector<uint8_t> k_, v_;
+  // K and V on huge pages (util/huge_page_arena.h): attention streams them every pass, and cells
+  // a sequence never reaches cost no memory (a std::vector would zero, and so back, all of them).
+  std::unique_ptr<HugePageArena> memory_;
+  uint8_t* k_ = nullptr;
+  uint8_t* v_ = nullptr;
   std::vector<int> length_;
 };
 

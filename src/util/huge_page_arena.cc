@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "util/status.h"
 
@@ -49,6 +50,7 @@ void HugePageArena::AddRegion(size_t min_bytes) {
     r.mapping_bytes = usable;
     r.mapping = std::aligned_alloc(kHugePage, usable);
     DSPARK_CHECK_MSG(r.mapping != nullptr, "HugePageArena: out of memory");
+    std::memset(r.mapping, 0, usable);  // as an anonymous mapping would be
     r.begin = static_cast<char*>(r.mapping);
     r.end = r.begin + usable;
   }

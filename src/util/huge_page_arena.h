@@ -11,7 +11,8 @@
 // anonymous mapping aligned to 2 MiB and advised MADV_HUGEPAGE (Linux's default THP mode,
 // "madvise", backs only advised ranges). Pages a region never touches cost no memory, so the
 // unused tail of the last region is free. Elsewhere, or if mapping fails, regions come from
-// std::aligned_alloc. Memory is released when the arena is destroyed; not thread-safe.
+// std::aligned_alloc. Blocks start zero-filled. Memory is released when the arena is destroyed;
+// not thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -29,8 +30,8 @@ class HugePageArena {
   HugePageArena(const HugePageArena&) = delete;
   HugePageArena& operator=(const HugePageArena&) = delete;
 
-  // n bytes aligned to `align` (a power of two up to kHugePage); never null (aborts when out of
-  // memory, as operator new would).
+  // n zero-filled bytes aligned to `align` (a power of two up to kHugePage); never null (aborts
+  // when out of memory, as operator new would).
   void* Allocate(size_t n, size_t align = 64);
 
   // Bytes handed out, and bytes reserved (regions, including their untouched tails).
