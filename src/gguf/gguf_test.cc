@@ -103,6 +103,26 @@ TEST(Gguf, ReadsVersion2AndCustomAlignment) {
   EXPECT_EQ((*f)->FindTensor("t")->file_offset % 64, 0u);
 }
 
+TEST(Gguf, ReleasedPagesReadBackTheSameBytes) {
+  Writer w;
+  std::vector<uint8_t> data(5 * 4096 + 100);
+  for (size_t k = 0; k < data.size(); ++k) data[k] = static_cast<uint8_t>(k * 31 + 7);
+  ASSERT_TRUE(w.AddTensor("big", DType::kF32, {static_cast<int64_t>(data.size() / 4)}, data).ok());
+  const std::string path = TempPath("release");
+  ASSERT_TRUE(w.WriteFile(path).ok());
+  auto f = File::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  const TensorInfo* t = (*f)->FindTensor("big");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(std::vector<uint8_t>(t->data, t->data + t->nbytes), data);
+  (*f)->ReleasePages(t->data, t->nbytes);
+  EXPECT_EQ(std::vector<uint8_t>(t->data, t->data + t->nbytes), data);
+  // Ranges outside the mapping are ignored.
+  (*f)->ReleasePages(data.data(), data.size());
+  (*f)->ReleasePages(t->data, (*f)->file_size() + 1);
+  EXPECT_EQ(std::vector<uint8_t>(t->data, t->data + t->nbytes), data);
+}
+
 TEST(Gguf, TypedGettersNameTheProblem) {
   const std::string path = TempPath("getters");
   ASSERT_TRUE(SampleWriter().WriteFile(path).ok());

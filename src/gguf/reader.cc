@@ -164,6 +164,15 @@ Result<std::unique_ptr<File>> File::Open(const std::string& path) {
   return f;
 }
 
+void File::ReleasePages(const void* p, uint64_t n) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  if (base_ == nullptr || b < base_ || n > size_ || b + n > base_ + size_) return;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(b) + n) / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 File::~File() {
   if (base_ != nullptr) ::munmap(const_cast<uint8_t*>(base_), size_);
   if (fd_ >= 0) ::close(fd_);

@@ -48,6 +48,22 @@ Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File>
     }
     m->packed_.Pack(views);
     if (w.tok_embd.data == w.output.data) w.tok_embd.packed = w.output.packed;
+    // Every MatMul now reads the packed copies: drop the file's pages of the matrices they replace
+    // from this process, or a quantised model would count twice in its memory (1.7B-shape Q4_K:
+    // max RSS 3.0 -> 2.1 GB). The token embedding stays: lookups read its rows.
+    const auto release = [&](const ops::WeightView& v) {
+      if (v.data != nullptr && v.data != w.tok_embd.data)
+        m->file_->ReleasePages(v.data, static_cast<uint64_t>(RowBytes(v.type, v.cols)) * v.rows);
+    };
+    for (LayerWeights& l : w.layers) {
+      for (const ops::WeightView* v : {&l.wq, &l.wk, &l.wv})
+        if (l.wqkv.rows > 0 || v->packed != nullptr) release(*v);
+      for (const ops::WeightView* v : {&l.w_gate, &l.w_up})
+        if (l.w_gate_up.rows > 0 || v->packed != nullptr) release(*v);
+      for (const ops::WeightView* v : {&l.wo, &l.w_down})
+        if (v->packed != nullptr) release(*v);
+    }
+    if (w.output.packed != nullptr) release(w.output);
   }
   m->rope_ = std::make_unique<Rope>(m->config_.rope);
   return m;
