@@ -96,12 +96,12 @@ class File {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
+  uint64_t data_offset() const { return data_offset_; }
 
   // Drops this process's mapping of the whole pages inside [p, p + n) (a range of the file's data,
   // e.g. a tensor whose packed copy replaced it), so they stop counting towards its memory. The
   // mapping stays valid: a later read maps the pages again from the file. No-op outside the file.
   void ReleasePages(const void* p, uint64_t n) const;
-  uint64_t data_offset() const { return data_offset_; }
 
   // Metadata, in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }

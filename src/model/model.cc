@@ -50,7 +50,7 @@ Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File>
     if (w.tok_embd.data == w.output.data) w.tok_embd.packed = w.output.packed;
     // Every MatMul now reads the packed copies: drop the file's pages of the matrices they replace
     // from this process, or a quantised model would count twice in its memory (1.7B-shape Q4_K:
-    // max RSS 3.0 -> 2.1 GB). The token embedding stays: lookups read its rows.
+    // resident 3.0 -> 2.2 GB). The token embedding stays: lookups read its rows.
     const auto release = [&](const ops::WeightView& v) {
       if (v.data != nullptr && v.data != w.tok_embd.data)
         m->file_->ReleasePages(v.data, static_cast<uint64_t>(RowBytes(v.type, v.cols)) * v.rows);

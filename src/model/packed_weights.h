@@ -1,8 +1,10 @@
 // Owner of the packed copies of a model's weight matrices (ops::PackWeights): on CPUs with a
 // packed kernel (Q8_0, Q4_K, Q6_K on AVX-512 VNNI), decode and verification read 16 weight rows
-// per vector instead of one row at a time, about twice the decode speed of the row layout. Each
-// view keeps pointing at its original rows too: the token embedding is looked up row by row, and
-// prefill-sized batches still run the row-layout kernels.
+// per vector instead of one row at a time, about twice the decode speed of the row layout. Every
+// MatMul of a packed matrix reads the copy (ops::MatMul). Each view keeps pointing at its original
+// rows too: the token embedding is looked up row by row, and a DSpark drafter re-encodes the
+// target's LM head from them. Model::FromFile drops the file's pages of the replaced matrices
+// (gguf::File::ReleasePages); a later read of them maps them again.
 #pragma once
 
 #include <cstddef>
