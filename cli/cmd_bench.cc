@@ -82,7 +82,8 @@ int RunPlainBench(const BenchFlags& f) {
   };
 
   std::fprintf(stderr, "dspark bench: %s, %s, %d threads, %s\n", f.model.c_str(), c.arch.c_str(), pool.num_threads(),
-               model.PackedBytes() > 0 ? fmt::format("{:.0f} MiB of weights repacked", model.PackedBytes() / 1048576.0).c_str()
+               model.PackedBytes() > 0 ? fmt::format("{:.0f} MiB of weights repacked{}", model.PackedBytes() / 1048576.0,
+                                                     model.PackedOnHugePages() ? " on huge pages" : "").c_str()
                                        : "row-layout weights");
   const double copy_bw = CopyBandwidth(pool);
 
@@ -125,6 +126,7 @@ int RunPlainBench(const BenchFlags& f) {
   j["model"] = f.model;
   j["threads"] = pool.num_threads();
   j["repacked_bytes"] = model.PackedBytes();
+  j["repacked_on_huge_pages"] = model.PackedOnHugePages();
   j["cache_type"] = f.cache_type == DType::kF16 ? "f16" : "f32";
   j["prefill_tokens"] = f.n_prefill;
   j["prefill_tok_s"] = pf.median;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "util/status.h"
 
@@ -15,6 +17,18 @@ namespace dspark {
 
 namespace {
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Whether the kernel backs advised ranges with huge pages: its THP mode is "always" or "madvise"
+// (with "never", MADV_HUGEPAGE is accepted and does nothing).
+bool TransparentHugePagesEnabled() {
+  std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (f == nullptr) return false;
+  char buf[128] = {};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  const std::string mode(buf, n);
+  return mode.find("[always]") != std::string::npos || mode.find("[madvise]") != std::string::npos;
+}
 }  // namespace
 
 HugePageArena::~HugePageArena() {
@@ -42,7 +56,8 @@ void HugePageArena::AddRegion(size_t min_bytes) {
     r.begin = reinterpret_cast<char*>(RoundUp(reinterpret_cast<uintptr_t>(p), kHugePage));
     r.end = r.begin + usable;
     // Advice only: without THP the range stays on small pages and works the same.
-    if (::madvise(r.begin, usable, MADV_HUGEPAGE) != 0) huge_pages_ = false;
+    static const bool thp = TransparentHugePagesEnabled();
+    if (!thp || ::madvise(r.begin, usable, MADV_HUGEPAGE) != 0) huge_pages_ = false;
   }
 #endif
   if (!r.mapped) {
