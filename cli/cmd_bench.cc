@@ -81,10 +81,13 @@ int RunPlainBench(const BenchFlags& f) {
     return model.Forward(b, cache, pool).status();
   };
 
+  const size_t in_memory = model.PackedBytes() + model.CopiedBytes();
   std::fprintf(stderr, "dspark bench: %s, %s, %d threads, %s\n", f.model.c_str(), c.arch.c_str(), pool.num_threads(),
-               model.PackedBytes() > 0 ? fmt::format("{:.0f} MiB of weights repacked{}", model.PackedBytes() / 1048576.0,
-                                                     model.PackedOnHugePages() ? " on huge pages" : "").c_str()
-                                       : "row-layout weights");
+               in_memory == 0 ? "row-layout weights read from the file"
+                              : fmt::format("{:.0f} MiB of weights repacked, {:.0f} MiB copied in row layout{}",
+                                            model.PackedBytes() / 1048576.0, model.CopiedBytes() / 1048576.0,
+                                            model.PackedOnHugePages() ? ", on huge pages" : "")
+                                    .c_str());
   const double copy_bw = CopyBandwidth(pool);
 
   // Warm-up: touches every weight page once so the first timed run does not pay page faults.
@@ -126,6 +129,7 @@ int RunPlainBench(const BenchFlags& f) {
   j["model"] = f.model;
   j["threads"] = pool.num_threads();
   j["repacked_bytes"] = model.PackedBytes();
+  j["row_layout_copied_bytes"] = model.CopiedBytes();
   j["repacked_on_huge_pages"] = model.PackedOnHugePages();
   j["cache_type"] = f.cache_type == DType::kF16 ? "f16" : "f32";
   j["prefill_tokens"] = f.n_prefill;

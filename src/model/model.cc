@@ -38,32 +38,34 @@ Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File>
     // Projections that read the same activations are fused (one MatMul each) where they can be;
     // the others are packed on their own.
     ModelWeights& w = m->weights_;
+    std::vector<ops::WeightView> from_file;  // the file's rows of every matrix this replaces
     std::vector<ops::WeightView*> views = {&w.output};
     for (LayerWeights& l : w.layers) {
-      if (!m->packed_.PackFused({&l.wq, &l.wk, &l.wv}, &l.wqkv))
+      if (m->packed_.PackFused({&l.wq, &l.wk, &l.wv}, &l.wqkv))
+        from_file.insert(from_file.end(), {l.wq, l.wk, l.wv});
+      else
         for (ops::WeightView* v : {&l.wq, &l.wk, &l.wv}) views.push_back(v);
-      if (!m->packed_.PackFused({&l.w_gate, &l.w_up}, &l.w_gate_up))
+      if (m->packed_.PackFused({&l.w_gate, &l.w_up}, &l.w_gate_up))
+        from_file.insert(from_file.end(), {l.w_gate, l.w_up});
+      else
         for (ops::WeightView* v : {&l.w_gate, &l.w_up}) views.push_back(v);
       for (ops::WeightView* v : {&l.wo, &l.w_down}) views.push_back(v);
     }
+    for (const ops::WeightView* v : views) from_file.push_back(*v);
+    const void* output_rows = w.output.data;
     m->packed_.Pack(views);
-    if (w.tok_embd.data == w.output.data) w.tok_embd.packed = w.output.packed;
-    // Every MatMul now reads the packed copies: drop the file's pages of the matrices they replace
-    // from this process, or a quantised model would count twice in its memory (1.7B-shape Q4_K:
-    // resident 3.0 -> 2.2 GB). The token embedding stays: lookups read its rows.
-    const auto release = [&](const ops::WeightView& v) {
+    // Types without a packed layout here keep their row layout, in memory on huge pages too.
+    m->packed_.CopyUnpacked(views);
+    if (w.tok_embd.data == output_rows) {
+      w.tok_embd.data = w.output.data;  // the copy, if the tied matrix was copied
+      w.tok_embd.packed = w.output.packed;
+    }
+    // Every MatMul now reads the copies: drop the file's pages of the matrices they replace from
+    // this process, or a model would count twice in its memory (1.7B-shape Q4_K: resident 3.0 ->
+    // 2.2 GB). A token embedding still read from the file stays: lookups read its rows.
+    for (const ops::WeightView& v : from_file)
       if (v.data != nullptr && v.data != w.tok_embd.data)
         m->file_->ReleasePages(v.data, static_cast<uint64_t>(RowBytes(v.type, v.cols)) * v.rows);
-    };
-    for (LayerWeights& l : w.layers) {
-      for (const ops::WeightView* v : {&l.wq, &l.wk, &l.wv})
-        if (l.wqkv.rows > 0 || v->packed != nullptr) release(*v);
-      for (const ops::WeightView* v : {&l.w_gate, &l.w_up})
-        if (l.w_gate_up.rows > 0 || v->packed != nullptr) release(*v);
-      for (const ops::WeightView* v : {&l.wo, &l.w_down})
-        if (v->packed != nullptr) release(*v);
-    }
-    if (w.output.packed != nullptr) release(w.output);
   }
   m->rope_ = std::make_unique<Rope>(m->config_.rope);
   return m;

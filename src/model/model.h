@@ -41,7 +41,9 @@ class Model {
   uint64_t WeightBytesPerToken() const;
   // Bytes held by packed copies of the weights (0 when not repacked).
   size_t PackedBytes() const { return packed_.bytes(); }
-  // Whether the packed copies are on transparent huge pages (util/huge_page_arena.h).
+  // Bytes of the row-layout copies of matrices whose type has no packed layout on this CPU.
+  size_t CopiedBytes() const { return packed_.copied_bytes(); }
+  // Whether the in-memory copies are on transparent huge pages (util/huge_page_arena.h).
   bool PackedOnHugePages() const { return packed_.huge_pages(); }
 
   // Runs every row of `batch` through the model, appending each row's K/V to its sequence in

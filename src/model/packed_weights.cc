@@ -11,7 +11,24 @@ namespace dspark {
 
 void* PackedWeights::Allocate(size_t n) {
   ++matrices_;
+  packed_bytes_ += n;
   return arena_.Allocate(n, 64);
+}
+
+void PackedWeights::CopyUnpacked(const std::vector<ops::WeightView*>& views) {
+  std::map<const void*, const void*> done;  // original rows -> copy
+  for (ops::WeightView* v : views) {
+    if (v == nullptr || v->data == nullptr || v->packed != nullptr) continue;
+    if (auto it = done.find(v->data); it != done.end()) {
+      v->data = it->second;
+      continue;
+    }
+    const size_t n = static_cast<size_t>(RowBytes(v->type, v->cols)) * v->rows;
+    void* dst = arena_.Allocate(n, 64);
+    std::memcpy(dst, v->data, n);
+    done.emplace(v->data, dst);
+    v->data = dst;
+  }
 }
 
 namespace {
