@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -81,13 +82,14 @@ int RunPlainBench(const BenchFlags& f) {
     return model.Forward(b, cache, pool).status();
   };
 
-  const size_t in_memory = model.PackedBytes() + model.CopiedBytes();
+  std::string weights;
+  if (model.PackedBytes() > 0) weights += fmt::format("{:.0f} MiB of weights repacked", model.PackedBytes() / 1048576.0);
+  if (model.CopiedBytes() > 0)
+    weights += fmt::format("{}{:.0f} MiB copied in row layout", weights.empty() ? "" : ", ", model.CopiedBytes() / 1048576.0);
+  weights = weights.empty() ? "row-layout weights read from the file"
+                            : weights + (model.WeightsOnHugePages() ? ", on huge pages" : "");
   std::fprintf(stderr, "dspark bench: %s, %s, %d threads, %s\n", f.model.c_str(), c.arch.c_str(), pool.num_threads(),
-               in_memory == 0 ? "row-layout weights read from the file"
-                              : fmt::format("{:.0f} MiB of weights repacked, {:.0f} MiB copied in row layout{}",
-                                            model.PackedBytes() / 1048576.0, model.CopiedBytes() / 1048576.0,
-                                            model.PackedOnHugePages() ? ", on huge pages" : "")
-                                    .c_str());
+               weights.c_str());
   const double copy_bw = CopyBandwidth(pool);
 
   // Warm-up: touches every weight page once so the first timed run does not pay page faults.
@@ -130,7 +132,7 @@ int RunPlainBench(const BenchFlags& f) {
   j["threads"] = pool.num_threads();
   j["repacked_bytes"] = model.PackedBytes();
   j["row_layout_copied_bytes"] = model.CopiedBytes();
-  j["repacked_on_huge_pages"] = model.PackedOnHugePages();
+  j["weights_on_huge_pages"] = model.WeightsOnHugePages();
   j["cache_type"] = f.cache_type == DType::kF16 ? "f16" : "f32";
   j["prefill_tokens"] = f.n_prefill;
   j["prefill_tok_s"] = pf.median;

@@ -44,7 +44,7 @@ class Model {
   // Bytes of the row-layout copies of matrices whose type has no packed layout on this CPU.
   size_t CopiedBytes() const { return packed_.copied_bytes(); }
   // Whether the in-memory copies are on transparent huge pages (util/huge_page_arena.h).
-  bool PackedOnHugePages() const { return packed_.huge_pages(); }
+  bool WeightsOnHugePages() const { return packed_.huge_pages(); }
 
   // Runs every row of `batch` through the model, appending each row's K/V to its sequence in
   // `cache`, and returns logits of the rows that asked for them (plus taps). Errors: a sequence

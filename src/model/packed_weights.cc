@@ -15,23 +15,23 @@ void* PackedWeights::Allocate(size_t n) {
   return arena_.Allocate(n, 64);
 }
 
-void PackedWeights::CopyUnpacked(const std::vector<ops::WeightView*>& views) {
+namespace {
+// One copy per distinct original rows among `views` (tied matrices share one): make(view) writes
+// the copy and returns it, or null to leave the view alone; attach(view, copy) points it there.
+template <class Make, class Attach>
+void CopyOncePerRows(const std::vector<ops::WeightView*>& views, Make make, Attach attach) {
   std::map<const void*, const void*> done;  // original rows -> copy
   for (ops::WeightView* v : views) {
-    if (v == nullptr || v->data == nullptr || v->packed != nullptr) continue;
-    if (auto it = done.find(v->data); it != done.end()) {
-      v->data = it->second;
-      continue;
-    }
-    const size_t n = static_cast<size_t>(RowBytes(v->type, v->cols)) * v->rows;
-    void* dst = arena_.Allocate(n, 64);
-    std::memcpy(dst, v->data, n);
-    done.emplace(v->data, dst);
-    v->data = dst;
+    if (v == nullptr || v->data == nullptr) continue;
+    const void* rows = v->data;
+    const auto it = done.find(rows);
+    const void* copy = it != done.end() ? it->second : make(*v);
+    if (copy == nullptr) continue;
+    done.emplace(rows, copy);
+    attach(*v, copy);
   }
 }
 
-namespace {
 // Packing threads live only while packing: a loaded model holds no idle pool of its own.
 std::unique_ptr<ThreadPool> PackingPool(int threads) {
   return std::make_unique<ThreadPool>(threads > 0 ? threads : ThreadPool::DefaultThreadCount());
@@ -40,24 +40,33 @@ std::unique_ptr<ThreadPool> PackingPool(int threads) {
 
 void PackedWeights::Pack(const std::vector<ops::WeightView*>& views, int threads) {
   std::unique_ptr<ThreadPool> pool;
-  std::map<const void*, const void*> done;  // original rows -> packed copy
-  for (ops::WeightView* v : views) {
-    if (v == nullptr || v->data == nullptr) continue;
-    if (auto it = done.find(v->data); it != done.end()) {
-      v->packed = it->second;
-      continue;
-    }
-    const size_t n = ops::PackedBytes(v->type, v->rows, v->cols);
-    if (n == 0) continue;
-    void* dst = Allocate(n);
-    if (!pool) pool = PackingPool(threads);
-    ops::PackWeights(*v, dst, *pool);
-    v->packed = dst;
-    done.emplace(v->data, dst);
-  }
+  CopyOncePerRows(
+      views,
+      [&](const ops::WeightView& v) -> const void* {
+        const size_t n = ops::PackedBytes(v.type, v.rows, v.cols);
+        if (n == 0) return nullptr;
+        void* dst = Allocate(n);
+        if (!pool) pool = PackingPool(threads);
+        ops::PackWeights(v, dst, *pool);
+        return dst;
+      },
+      [](ops::WeightView& v, const void* copy) { v.packed = copy; });
   if (matrices_ > 0)
     DSPARK_LOG_DEBUG("packed {} weight matrices ({:.1f} MiB{}) for this CPU's kernels", matrices_, bytes() / 1048576.0,
                      huge_pages() ? ", huge pages" : "");
+}
+
+void PackedWeights::CopyUnpacked(const std::vector<ops::WeightView*>& views) {
+  CopyOncePerRows(
+      views,
+      [&](const ops::WeightView& v) -> const void* {
+        if (v.packed != nullptr) return nullptr;
+        const size_t n = static_cast<size_t>(RowBytes(v.type, v.cols)) * v.rows;
+        void* dst = arena_.Allocate(n, 64);
+        std::memcpy(dst, v.data, n);
+        return dst;
+      },
+      [](ops::WeightView& v, const void* copy) { v.data = copy; });
 }
 
 bool PackedWeights::PackFused(const std::vector<const ops::WeightView*>& parts, ops::WeightView* fused, int threads) {

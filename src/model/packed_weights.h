@@ -1,10 +1,12 @@
-// Owner of the packed copies of a model's weight matrices (ops::PackWeights): on CPUs with a
-// packed kernel (Q8_0, Q4_K, Q6_K on AVX-512 VNNI), decode and verification read 16 weight rows
-// per vector instead of one row at a time, about twice the decode speed of the row layout. Every
-// MatMul of a packed matrix reads the copy (ops::MatMul). Each view keeps pointing at its original
-// rows too: the token embedding is looked up row by row, and a DSpark drafter re-encodes the
-// target's LM head from them. Model::FromFile drops the file's pages of the replaced matrices
-// (gguf::File::ReleasePages); a later read of them maps them again.
+// Owner of the in-memory copies of a model's weight matrices. Packed copies (ops::PackWeights): on
+// CPUs with a packed kernel (Q8_0, Q4_K, Q6_K on AVX-512 VNNI), decode and verification read 16
+// weight rows per vector instead of one row at a time, about twice the decode speed of the row
+// layout. Every MatMul of a packed matrix reads the copy (ops::MatMul); the view keeps pointing at
+// its original rows too (the token embedding is looked up row by row, and a DSpark drafter
+// re-encodes the target's LM head from them). Matrices without a packed layout get a row-layout
+// copy (CopyUnpacked), which their view's `data` then points at. All copies sit on huge pages.
+// Model::FromFile drops the file's pages of the replaced matrices (gguf::File::ReleasePages); a
+// later read of them maps them again.
 #pragma once
 
 #include <cstddef>
@@ -44,7 +46,7 @@ class PackedWeights {
   size_t bytes() const { return packed_bytes_; }
   size_t matrices() const { return matrices_; }
   size_t copied_bytes() const { return arena_.allocated() - packed_bytes_; }
-  // Whether the copies sit on transparent huge pages (util/huge_page_arena.h).
+  // Whether the copies sit on transparent huge pages (util/huge_page_arena.h); false without any.
   bool huge_pages() const { return arena_.huge_pages(); }
 
  private:

@@ -37,9 +37,9 @@ class HugePageArena {
   // Bytes handed out, and bytes reserved (regions, including their untouched tails).
   size_t allocated() const { return allocated_; }
   size_t reserved() const { return reserved_; }
-  // Whether every region is advised for huge pages and the kernel's THP mode backs advised ranges
-  // (false without THP, with THP off, or on the aligned_alloc fallback).
-  bool huge_pages() const { return huge_pages_; }
+  // Whether the arena holds memory, every region is advised for huge pages, and the kernel's THP
+  // mode backs advised ranges (false without THP, with THP off, or on the aligned_alloc fallback).
+  bool huge_pages() const { return !regions_.empty() && huge_pages_; }
 
  private:
   struct Region {
