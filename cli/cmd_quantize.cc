@@ -16,7 +16,7 @@ struct QuantizeFlags {
 int RunQuantize(const QuantizeFlags& f) {
   const auto target = DTypeFromName(f.type);
   if (!target || !IsQuantizeTarget(*target))
-    return Fail(InvalidArgument("quantize: unsupported target type '{}' (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16)", f.type));
+    return Fail(InvalidArgument("quantize: unsupported target type '{}' ({})", f.type, QuantizeTargetNames()));
   ProgressBar bar("quantize");
   QuantizeReport report;
   Status s = QuantizeFile(f.in, f.out, *target, &report, [&](uint64_t d, uint64_t t) { bar.Update(d, t); });
@@ -33,7 +33,7 @@ Runner RegisterQuantize(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("quantize", "Quantise a GGUF model's weight matrices");
   sub->add_option("input", f->in, "Input GGUF")->required();
   sub->add_option("output", f->out, "Output GGUF")->required();
-  sub->add_option("type", f->type, "Q8_0, Q4_0, Q4_K, Q5_K, Q6_K or F16")->required();
+  sub->add_option("type", f->type, QuantizeTargetNames())->required();
   return [f] { return RunQuantize(*f); };
 }
 

@@ -8,10 +8,13 @@
 
 #include "hwy/highway.h"
 #include "kernels/matmul_float-inl.h"
+#include "kernels/matmul_bf16-inl.h"
 #include "kernels/matmul_quant-inl.h"
 #include "kernels/matmul_packed-inl.h"
 
 #if HWY_ONCE
+#include <atomic>
+#include <cstring>
 #include "kernels/ops.h"
 #include "kernels/ref/quant_ref.h"
 #include "kernels/test_hooks.h"
@@ -20,6 +23,7 @@
 namespace dspark {
 HWY_EXPORT(MatMulQuantImpl);
 HWY_EXPORT(MatMulFloatImpl);
+HWY_EXPORT(MatMulBf16Impl);
 HWY_EXPORT(MatMulPackedImpl);
 HWY_EXPORT(PackedBytesImpl);
 HWY_EXPORT(PackWeightsImpl);
@@ -30,26 +34,41 @@ void QuantizeActivationsForTest(bool k_quant, int sub, const float* x, int64_t c
                                 float* da, float* asum) {
   HWY_DYNAMIC_DISPATCH(QuantizeActForTest)(k_quant, sub, x, cols, q, da, asum);
 }
+
+namespace {
+std::atomic<bool> bf16_dot_disabled{false};
+}  // namespace
+void DisableBf16DotForTest(bool disabled) { bf16_dot_disabled.store(disabled); }
+bool Bf16DotDisabledForTest() { return bf16_dot_disabled.load(std::memory_order_relaxed); }
 }  // namespace kernels
 
 namespace ops {
 namespace {
 bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
-// Float weights: [group of 16 rows][cols][16] (matmul_float-inl.h), the same on every target.
+// Float weights: [group of 16 rows][cols][16] (matmul_float-inl.h), the same on every target;
+// BF16: [group of 16 rows][column pair][16][2], odd column counts padded (matmul_bf16-inl.h).
+int64_t PackedCols(DType t, int64_t cols) { return t == DType::kBF16 ? (cols + 1) / 2 * 2 : cols; }
+
 void PackFloat(const WeightView& w, void* dst, ThreadPool& pool) {
   const size_t elem = w.type == DType::kF32 ? 4 : 2;
+  // Elements of one row that sit side by side in a lane: a column pair for BF16.
+  const int64_t lane_elems = w.type == DType::kBF16 ? 2 : 1;
   constexpr int64_t kG = 16;
   const int64_t groups = (w.rows + kG - 1) / kG;
+  const int64_t cols_pad = PackedCols(w.type, w.cols);
   auto* out = static_cast<uint8_t*>(dst);
   const auto* in = static_cast<const uint8_t*>(w.data);
   pool.ParallelRange(groups, 4, [&](int64_t gb, int64_t ge, int) {
     for (int64_t g = gb; g < ge; ++g) {
-      uint8_t* og = out + static_cast<size_t>(g) * w.cols * kG * elem;
-      std::memset(og, 0, static_cast<size_t>(w.cols) * kG * elem);
+      uint8_t* og = out + static_cast<size_t>(g) * cols_pad * kG * elem;
+      std::memset(og, 0, static_cast<size_t>(cols_pad) * kG * elem);
       for (int64_t l = 0; l < kG && g * kG + l < w.rows; ++l) {
         const uint8_t* row = in + static_cast<size_t>(g * kG + l) * w.cols * elem;
-        for (int64_t k = 0; k < w.cols; ++k) std::memcpy(og + (k * kG + l) * elem, row + k * elem, elem);
+        for (int64_t k = 0; k < w.cols; ++k) {
+          const int64_t slot = (k / lane_elems * kG + l) * lane_elems + k % lane_elems;
+          std::memcpy(og + slot * elem, row + k * elem, elem);
+        }
       }
     }
   });
@@ -72,7 +91,9 @@ void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool
   DSPARK_CHECK_MSG(w.cols % Info(w.type).block_size == 0, "MatMul: cols not a block multiple");
   if (m <= 0 || w.rows <= 0) return;
   DSPARK_CHECK_MSG(w.data != nullptr || w.packed != nullptr, "MatMul: matrix without weights");
-  if (IsFloat(w.type)) {
+  if (w.type == DType::kBF16) {
+    HWY_DYNAMIC_DISPATCH(MatMulBf16Impl)(w, x, m, y, pool);
+  } else if (IsFloat(w.type)) {
     HWY_DYNAMIC_DISPATCH(MatMulFloatImpl)(w, x, m, y, pool);
   } else if (w.packed != nullptr) {
     HWY_DYNAMIC_DISPATCH(MatMulPackedImpl)(w, x, m, y, pool);
@@ -85,7 +106,7 @@ void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool
 size_t PackedBytes(DType type, int64_t rows, int64_t cols) {
   if (IsFloat(type)) {
     if (rows <= 0 || cols <= 0) return 0;
-    return static_cast<size_t>((rows + 15) / 16) * 16 * cols * (type == DType::kF32 ? 4 : 2);
+    return static_cast<size_t>((rows + 15) / 16) * 16 * PackedCols(type, cols) * (type == DType::kF32 ? 4 : 2);
   }
   return HWY_DYNAMIC_DISPATCH(PackedBytesImpl)(type, rows, cols);
 }

@@ -1,4 +1,4 @@
-// Per-target MatMul for float weights (F32, F16, BF16): Highway FMA loops.
+// Per-target MatMul for float weights (F32, F16; BF16 in matmul_bf16-inl.h): Highway FMA loops.
 //
 // Packed layout (ops::PackWeights, the default at load): [group of 16 rows][cols][16], rows past
 // the matrix zero. Lanes are weight rows, so each activation element is broadcast into one FMA
@@ -114,6 +114,51 @@ inline constexpr int64_t kFloatPrefetchCols = 128;
 template <typename WT>
 inline constexpr int64_t kFloatPrefetchEvery = std::max<int64_t>(1, 128 / (kFloatGroupRows * sizeof(WT)));
 
+// Writes the outputs of a tile of kG groups x kM activation rows: store16(q, j, dst) writes the 16
+// sums of group q for row j to dst. Outputs go straight to y (row j at y + j * y_stride); only a
+// matrix whose row count is not a multiple of 16 has a last group with rows past the end, which
+// goes through a buffer.
+template <int kM, int kG, class Store16>
+HWY_INLINE void StoreTileOutputs(float* HWY_RESTRICT y, int64_t y_stride, int64_t live_last, const Store16& store16) {
+  if (live_last == kFloatGroupRows) {
+    for (int q = 0; q < kG; ++q)
+      for (int j = 0; j < kM; ++j) store16(q, j, y + j * y_stride + q * kFloatGroupRows);
+    return;
+  }
+  HWY_ALIGN float out[kFloatGroupRows];
+  for (int q = 0; q < kG; ++q) {
+    const int64_t live = q + 1 == kG ? live_last : kFloatGroupRows;
+    for (int j = 0; j < kM; ++j) {
+      store16(q, j, out);
+      std::memcpy(y + j * y_stride + q * kFloatGroupRows, out, static_cast<size_t>(live) * sizeof(float));
+    }
+  }
+}
+
+// Calls fn(std::integral_constant<int, kM>()) for a chunk of mt activation rows, kM = min(mt, kMaxM):
+// the row count is a template argument of the tiles (their accumulators live in registers).
+template <int kMaxM, class Fn>
+HWY_INLINE void WithRowChunk(int mt, const Fn& fn) {
+  switch (mt) {
+    case 1: return fn(std::integral_constant<int, 1>());
+    case 2: return fn(std::integral_constant<int, std::min(2, kMaxM)>());
+    case 3: return fn(std::integral_constant<int, std::min(3, kMaxM)>());
+    case 4: return fn(std::integral_constant<int, std::min(4, kMaxM)>());
+    case 5: return fn(std::integral_constant<int, std::min(5, kMaxM)>());
+    case 6: return fn(std::integral_constant<int, std::min(6, kMaxM)>());
+    case 7: return fn(std::integral_constant<int, std::min(7, kMaxM)>());
+    case 8: return fn(std::integral_constant<int, std::min(8, kMaxM)>());
+    case 9: return fn(std::integral_constant<int, std::min(9, kMaxM)>());
+    case 10: return fn(std::integral_constant<int, std::min(10, kMaxM)>());
+    case 11: return fn(std::integral_constant<int, std::min(11, kMaxM)>());
+    case 12: return fn(std::integral_constant<int, std::min(12, kMaxM)>());
+    case 13: return fn(std::integral_constant<int, std::min(13, kMaxM)>());
+    case 14: return fn(std::integral_constant<int, std::min(14, kMaxM)>());
+    case 15: return fn(std::integral_constant<int, std::min(15, kMaxM)>());
+    default: return fn(std::integral_constant<int, std::min(16, kMaxM)>());
+  }
+}
+
 // out[g][j][l] = Σ_k packed_g[k][l] · xi[k][j] for kM activation rows and the 16 rows of each of kG
 // consecutive groups; xi holds the rows interleaved ([cols][kM]) so every broadcast is [one pointer +
 // constant]: with one pointer per row the indexed broadcasts unlaminate into two uops each. Every
@@ -149,22 +194,9 @@ HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const 
         for (int v = 0; v < kV; ++v) acc[q][j][v] = hn::MulAdd(wv[q][v], xb, acc[q][j][v]);
     }
   }
-  // Outputs go straight to y (row j at y + j * y_stride); only a matrix whose row count is not a
-  // multiple of 16 has a last group with rows past the end, which goes through a buffer.
-  if (live_last == kFloatGroupRows) {
-    for (int q = 0; q < kG; ++q)
-      for (int j = 0; j < kM; ++j)
-        for (int v = 0; v < kV; ++v) hn::StoreU(acc[q][j][v], df, y + j * y_stride + q * kFloatGroupRows + v * N);
-    return;
-  }
-  HWY_ALIGN float out[kFloatGroupRows];
-  for (int q = 0; q < kG; ++q) {
-    const int64_t live = q + 1 == kG ? live_last : kFloatGroupRows;
-    for (int j = 0; j < kM; ++j) {
-      for (int v = 0; v < kV; ++v) hn::Store(acc[q][j][v], df, out + v * N);
-      std::memcpy(y + j * y_stride + q * kFloatGroupRows, out, static_cast<size_t>(live) * sizeof(float));
-    }
-  }
+  StoreTileOutputs<kM, kG>(y, y_stride, live_last, [&](int q, int j, float* dst) {
+    for (int v = 0; v < kV; ++v) hn::StoreU(acc[q][j][v], df, dst + v * N);
+  });
 }
 
 // Groups per tile for kM activation rows: enough independent FMA chains to hide FMA latency (8:
@@ -200,63 +232,69 @@ HWY_INLINE void FloatPackedGroups(const WT* packed, int64_t rows, int64_t cols, 
   for (; grp < ge; ++grp) tile(std::integral_constant<int, 1>(), grp);
 }
 
-template <typename WT>
-void MatMulFloatPacked(const WT* packed, int64_t rows, int64_t cols, const float* x, int64_t m, float* y,
-                       ThreadPool& pool) {
-  const hn::ScalableTag<float> df;
-  // Activation rows per pass over the weights: as many as the registers hold accumulators for
-  // (kM x 16 / N, plus the weight vectors and a broadcast), up to 16. A verification block of 9
-  // rows is then one pass, not 8 + 1 or 5 + 4: at this size a pass is bound by reading the weights
-  // (from L3 for the bundled target), so a second pass cost as much as the first.
-  constexpr int N = static_cast<int>(hn::MaxLanes(df));
+// Activation rows per pass over packed float weights: as many as the registers hold accumulators
+// for (kM x 16 / N, plus the weight vectors and a broadcast), up to 16. A verification block of 9
+// rows is then one pass, not 8 + 1 or 5 + 4: at this size a pass is bound by reading the weights
+// (from L3 for the bundled target), so a second pass cost as much as the first.
+template <class DF>
+constexpr int FloatPackedMaxRows() {
+  constexpr int N = static_cast<int>(hn::MaxLanes(DF()));
   constexpr int kV = std::max(1, static_cast<int>(kFloatGroupRows) / N);
   constexpr int kRegs = N * sizeof(float) >= 64 ? 32 : 16;
-  constexpr int kMaxM = std::clamp((kRegs - kV - 1) / kV, 1, 16);
-  const int64_t groups = (rows + kFloatGroupRows - 1) / kFloatGroupRows;
-  // Rows are split into near-equal chunks (9 rows = 5 + 4, not 8 + 1: a lone row is the slowest tile).
-  const int64_t n_chunks = (m + kMaxM - 1) / kMaxM;
-  const int64_t chunk = (m + n_chunks - 1) / n_chunks;
-  // Activation rows interleaved per chunk: chunk j0 (mt rows) holds [cols][mt].
-  // One row is its own interleaving: decode copies nothing.
-  thread_local std::vector<float> xi_buf;
-  if (m > 1) xi_buf.resize(static_cast<size_t>(m * cols));
-  const float* xi = m == 1 ? x : xi_buf.data();
-  for (int64_t j0 = 0; m > 1 && j0 < m; j0 += chunk) {
+  return std::clamp((kRegs - kV - 1) / kV, 1, 16);
+}
+
+// Activation rows interleaved per chunk of `chunk` rows, so that a tile's broadcasts are [one
+// pointer + constant]: chunk j0 (mt rows) of the result holds x's rows j0.. as [cols][mt].
+template <typename T>
+const T* InterleaveRowChunks(const T* x, int64_t m, int64_t cols, int64_t chunk, std::vector<T>& buf) {
+  buf.resize(static_cast<size_t>(m * cols));
+  for (int64_t j0 = 0; j0 < m; j0 += chunk) {
     const int64_t mt = std::min(chunk, m - j0);
-    float* dst = xi_buf.data() + j0 * cols;
+    T* dst = buf.data() + j0 * cols;
     for (int64_t j = 0; j < mt; ++j)
       for (int64_t k = 0; k < cols; ++k) dst[k * mt + j] = x[(j0 + j) * cols + k];
   }
-  // Threads take ranges of at least 4 groups, the widest tile (one range each for few rows:
-  // kernels::MatMulGrain). Groups are visited in blocks of 12 (a multiple of every tile width) and
-  // every chunk of rows runs over a block before the next: the block's weights stay in L2 across
-  // the chunks of a long prefill.
+  return buf.data();
+}
+
+// Activation rows per chunk for m rows and at most kMaxM per pass: near-equal chunks (9 rows =
+// 5 + 4, not 8 + 1: a lone row is the slowest tile).
+inline int64_t PackedRowChunk(int64_t m, int64_t max_m) {
+  const int64_t n_chunks = (m + max_m - 1) / max_m;
+  return (m + n_chunks - 1) / n_chunks;
+}
+
+// Runs run(gb, ge, j0, mt) over every block of row groups [gb, ge) and chunk of activation rows
+// [j0, j0 + mt) of a packed matrix. Threads take ranges of at least 4 groups, the widest tile (one
+// range each for few rows: kernels::MatMulGrain). Groups are visited in blocks of 12 (a multiple
+// of every tile width) and every chunk of rows runs over a block before the next: the block's
+// weights stay in L2 across the chunks of a long prefill.
+template <class Run>
+void ForPackedGroupBlocks(int64_t groups, int64_t m, int64_t chunk, ThreadPool& pool, const Run& run) {
   constexpr int64_t kBlockGroups = 12;
-  pool.ParallelRange(groups, kernels::MatMulGrain(groups, 4, 4, m, pool), [&](int64_t range_begin, int64_t range_end,
-                                                                             int) {
+  pool.ParallelRange(groups, kernels::MatMulGrain(groups, 4, 4, m, pool), [&](int64_t range_begin,
+                                                                             int64_t range_end, int) {
     for (int64_t gb = range_begin; gb < range_end; gb += kBlockGroups)
-    for (int64_t j0 = 0, ge = std::min(range_end, gb + kBlockGroups); j0 < m; j0 += chunk) {
-      const int mt = static_cast<int>(std::min(chunk, m - j0));
-      const float* xj = xi + j0 * cols;
-      switch (mt) {
-        case 1: FloatPackedGroups<1>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 2: FloatPackedGroups<std::min(2, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 3: FloatPackedGroups<std::min(3, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 4: FloatPackedGroups<std::min(4, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 5: FloatPackedGroups<std::min(5, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 6: FloatPackedGroups<std::min(6, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 7: FloatPackedGroups<std::min(7, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 8: FloatPackedGroups<std::min(8, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 9: FloatPackedGroups<std::min(9, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 10: FloatPackedGroups<std::min(10, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 11: FloatPackedGroups<std::min(11, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 12: FloatPackedGroups<std::min(12, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 13: FloatPackedGroups<std::min(13, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 14: FloatPackedGroups<std::min(14, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        case 15: FloatPackedGroups<std::min(15, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-        default: FloatPackedGroups<std::min(16, kMaxM)>(packed, rows, cols, gb, ge, xj, j0, y); break;
-      }
-    }
+      for (int64_t j0 = 0, ge = std::min(range_end, gb + kBlockGroups); j0 < m; j0 += chunk)
+        run(gb, ge, j0, static_cast<int>(std::min(chunk, m - j0)));
+  });
+}
+
+template <typename WT>
+void MatMulFloatPacked(const WT* packed, int64_t rows, int64_t cols, const float* x, int64_t m, float* y,
+                       ThreadPool& pool) {
+  constexpr int kMaxM = FloatPackedMaxRows<hn::ScalableTag<float>>();
+  const int64_t groups = (rows + kFloatGroupRows - 1) / kFloatGroupRows;
+  const int64_t chunk = PackedRowChunk(m, kMaxM);
+  // One row is its own interleaving: decode copies nothing.
+  thread_local std::vector<float> xi_buf;
+  const float* xi = m == 1 ? x : InterleaveRowChunks(x, m, cols, chunk, xi_buf);
+  ForPackedGroupBlocks(groups, m, chunk, pool, [&](int64_t gb, int64_t ge, int64_t j0, int mt) {
+    const float* xj = xi + j0 * cols;
+    WithRowChunk<kMaxM>(mt, [&](auto rows_tag) {
+      FloatPackedGroups<decltype(rows_tag)::value>(packed, rows, cols, gb, ge, xj, j0, y);
+    });
   });
 }
 
@@ -270,10 +308,6 @@ inline void MatMulFloatImpl(const ops::WeightView& w, const float* x, int64_t m,
     case DType::kF16:
       if (w.packed) return MatMulFloatPacked(static_cast<const hwy::float16_t*>(w.packed), w.rows, w.cols, x, m, y, pool);
       MatMulFloatTyped(static_cast<const hwy::float16_t*>(w.data), w.rows, w.cols, x, m, y, pool);
-      break;
-    case DType::kBF16:
-      if (w.packed) return MatMulFloatPacked(static_cast<const hwy::bfloat16_t*>(w.packed), w.rows, w.cols, x, m, y, pool);
-      MatMulFloatTyped(static_cast<const hwy::bfloat16_t*>(w.data), w.rows, w.cols, x, m, y, pool);
       break;
     default:
       break;

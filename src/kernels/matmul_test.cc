@@ -47,7 +47,8 @@ void ExpectMatchesRef(const ops::WeightView& w, const std::vector<float>& x, int
   ref::MatMulRef(w, x.data(), m, ref.data(), bound.data());
   std::vector<float> y(m * w.rows, -12345.f);
   ops::MatMul(w, x.data(), m, y.data(), pool);
-  const bool quant = ref::ActivationType(w.type) != DType::kF32;
+  const DType act = ref::ActivationType(w.type);
+  const bool quant = act != DType::kF32 && act != DType::kBF16;  // BF16: exact products, as F32
   const double tol = quant ? kernels::kMatMulQuantRelTol : kernels::kMatMulFloatRelTol;
   int bad = 0;
   for (int64_t i = 0; i < m * w.rows && bad < 5; ++i) {
@@ -209,6 +210,85 @@ TEST(MatMul, PackedRowAloneEqualsRowInBlockBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatMulTypes, ::testing::ValuesIn(kAllTypes),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+// BF16 weights multiply activations rounded to bf16 (nearest, ties to even), as ggml's BF16
+// vec_dot: with all-ones weights every sum below is exact in f32, so any target or path that used
+// the unrounded activations (64.28125) or rounded differently gives another number.
+TEST(MatMul, Bf16RoundsActivationsToBf16) {
+  ThreadPool pool(2);
+  const int64_t rows = 16, cols = 64;
+  const std::vector<float> ones(rows * cols, 1.f);
+  std::vector<uint16_t> w(rows * cols);
+  ASSERT_TRUE(ops::QuantizeRow(DType::kBF16, ones.data(), w.data(), rows * cols));
+  std::vector<float> x(3 * cols);
+  for (int64_t k = 0; k < 3 * cols; ++k) {
+    const int64_t c = k % cols;
+    x[k] = c < 16 ? 1.f + 0x1p-8f        // a tie: rounds down to 1 (even)
+           : c < 32 ? 1.f + 3 * 0x1p-8f  // a tie: rounds up to 1 + 2^-6 (even)
+                    : 1.f + 0x1p-10f;    // below half an ulp: 1
+  }
+  const float want = 16.f + 16.f * (1.f + 0x1p-6f) + 32.f;  // 64.25
+  ops::WeightView view{w.data(), DType::kBF16, rows, cols};
+  std::vector<uint8_t> packed(ops::PackedBytes(DType::kBF16, rows, cols) + 64);
+  auto* dst = reinterpret_cast<void*>(kernels::RoundUp(reinterpret_cast<uintptr_t>(packed.data()), 64));
+  for (bool disable_dot : {false, true}) {
+    kernels::DisableBf16DotForTest(disable_dot);
+    for (bool use_packed : {false, true}) {
+      ops::WeightView v = view;
+      if (use_packed) {
+        ops::PackWeights(view, dst, pool);
+        v.packed = dst;
+      }
+      kernels::ForEachTarget([&](const std::string& target) {
+        for (int64_t m : {1, 3}) {
+          std::vector<float> y(m * rows);
+          ops::MatMul(v, x.data(), m, y.data(), pool);
+          for (int64_t i = 0; i < m * rows; ++i)
+            ASSERT_EQ(y[i], want) << target << " packed=" << use_packed << " dot off=" << disable_dot << " m=" << m;
+        }
+      });
+    }
+  }
+  kernels::DisableBf16DotForTest(false);
+}
+
+// On CPUs with AVX-512 BF16 the AVX3_DL target multiplies BF16 with vdpbf16ps and every other
+// target with f32 FMAs over the split column pairs; the FMA path must hold on the same CPU too.
+// Both against the reference, packed (odd column counts: a padded pair) and in row layout, and a
+// row alone bitwise equal to the row in a block.
+TEST(MatMul, Bf16DotAndFmaPathsMatchReference) {
+  ThreadPool pool(2);
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (bool disable_dot : {false, true}) {
+    kernels::DisableBf16DotForTest(disable_dot);
+    for (const Shape s : {Shape{37, 255}, Shape{64, 1024}, Shape{5, 3}}) {
+      Weights w = MakeWeights(DType::kBF16, s.rows, s.cols, 60 + s.rows);
+      std::vector<uint8_t> packed(ops::PackedBytes(DType::kBF16, s.rows, s.cols) + 64);
+      auto* dst = reinterpret_cast<void*>(kernels::RoundUp(reinterpret_cast<uintptr_t>(packed.data()), 64));
+      ops::PackWeights(w.view, dst, pool);
+      ops::WeightView packed_view = w.view;
+      packed_view.packed = dst;
+      for (int64_t m : {1, 2, 5, 9, 16, 33}) {
+        const auto x = kernels::RandomVector(m * s.cols, 700 + m);
+        kernels::ForEachTarget([&](const std::string& target) {
+          const std::string where = target + (disable_dot ? " (dot off)" : "");
+          ExpectMatchesRef(w.view, x, m, pool, where);
+          ExpectMatchesRef(packed_view, x, m, pool, where + " packed");
+          std::vector<float> block(m * s.rows), alone(s.rows);
+          ops::MatMul(packed_view, x.data(), m, block.data(), pool);
+          for (int64_t j = 0; j < m; ++j) {
+            ops::MatMul(packed_view, x.data() + j * s.cols, 1, alone.data(), pool);
+            ASSERT_EQ(0, std::memcmp(alone.data(), block.data() + j * s.rows, s.rows * sizeof(float)))
+                << where << " m=" << m << " row " << j;
+          }
+        });
+      }
+    }
+  }
+  kernels::DisableBf16DotForTest(false);
+}
 
 // The comparison can fail: corrupting one weight block moves the result of that row far outside
 // the tolerance the kernels are held to.

@@ -26,7 +26,8 @@ struct WeightView {
 };
 
 // Bytes of the packed layout of a rows x cols matrix of `type` on this CPU, or 0 when this CPU has
-// no packed kernel for the type: F32, F16 and BF16 everywhere (kernels/matmul_float-inl.h), Q8_0,
+// no packed kernel for the type: F32, F16 and BF16 everywhere (kernels/matmul_float-inl.h,
+// matmul_bf16-inl.h), Q8_0,
 // Q4_K and Q6_K on AVX-512 VNNI (kernels/matmul_packed-inl.h). Packed kernels read 16 weight rows
 // per vector instead of one.
 size_t PackedBytes(DType type, int64_t rows, int64_t cols);
@@ -40,7 +41,8 @@ bool MatMulSupports(DType type);
 // Weights are streamed from memory once per call whatever m is (all m activation rows are
 // applied to each weight block while it is in cache), so verifying k draft tokens costs little
 // more than decoding one. For quantised w, x is quantised once per call to the activation
-// format that type pairs with (Q8_0 or Q8_K), as llama.cpp does. Work is split over the pool's
+// format that type pairs with (Q8_0 or Q8_K), as llama.cpp does; for BF16 w, x is rounded to
+// bf16 (llama.cpp's pairing too), which lets CPUs with AVX-512 BF16 use vdpbf16ps. Work is split over the pool's
 // threads by tiles of 8 output rows; activations are quantised in parallel by 16-row tiles.
 // Results equal ref::MatMulRef (kernels/ref/matmul_ref.h) up to float rounding of the per-block
 // products: the integer block sums are exact on every target.

@@ -10,4 +10,9 @@ namespace dspark::kernels {
 void QuantizeActivationsForTest(bool k_quant, int sub, const float* x, int64_t cols, int8_t* q,
                                 float* da, float* asum);
 
+// Turns the AVX-512 BF16 dot-product path of BF16 MatMul off (true) or back on, so that tests check
+// the FMA path on a CPU that has the instruction. Not thread-safe against running MatMuls.
+void DisableBf16DotForTest(bool disabled);
+bool Bf16DotDisabledForTest();
+
 }  // namespace dspark::kernels

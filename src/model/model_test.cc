@@ -149,12 +149,14 @@ double RelErr(const float* got, const std::vector<double>& want) {
   return err / mx;
 }
 
-// Tolerance per weight type: float weights differ only by float32 rounding; quantised weights
-// also see activations quantised to 8 bits (as llama.cpp does).
+// Tolerance per weight type: F32 and F16 weights differ only by float32 rounding; quantised weights
+// also see activations quantised to 8 bits, and BF16 weights activations rounded to bf16 (8
+// significant bits), both as llama.cpp does (0.4-0.9% on this model for BF16).
 double Tolerance(DType type) {
   switch (type) {
     case DType::kF32: return 1e-4;
-    case DType::kF16: case DType::kBF16: return 2e-3;
+    case DType::kF16: return 2e-3;
+    case DType::kBF16: return 2e-2;
     // 8-bit activations meet 4-bit weights whose large block scales amplify the rounding; a
     // layout bug shows up as errors near 1, not 0.05.
     case DType::kQ4_0: case DType::kQ4_1: return 8e-2;

@@ -9,8 +9,10 @@ namespace dspark {
 
 bool IsQuantizeTarget(DType type) {
   return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ4_K || type == DType::kQ6_K ||
-         type == DType::kQ5_K || type == DType::kF16;
+         type == DType::kQ5_K || type == DType::kF16 || type == DType::kBF16;
 }
+
+const char* QuantizeTargetNames() { return "Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16, BF16"; }
 
 void ReencodeMatrix(const ops::WeightView& src, DType type, uint8_t* dst) {
   const int64_t cols = src.cols;
@@ -25,8 +27,7 @@ void ReencodeMatrix(const ops::WeightView& src, DType type, uint8_t* dst) {
 Status QuantizeFile(const std::string& in, const std::string& out, DType target, QuantizeReport* report,
                     const std::function<void(uint64_t, uint64_t)>& progress) {
   if (!IsQuantizeTarget(target))
-    return InvalidArgument("quantize: unsupported target type '{}' (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16)",
-                           DTypeName(target));
+    return InvalidArgument("quantize: unsupported target type '{}' ({})", DTypeName(target), QuantizeTargetNames());
   DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> file, gguf::File::Open(in));
   const gguf::File& src = *file;
   gguf::Writer w(src.alignment());

@@ -19,8 +19,10 @@ struct QuantizeReport {
   int kept = 0;       // tensors copied as they were
 };
 
-// Types `dspark quantize` writes: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and F16.
+// Types `dspark quantize` writes: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16 and BF16.
 bool IsQuantizeTarget(DType type);
+// Their names, comma-separated, for messages and --help.
+const char* QuantizeTargetNames();
 
 // Re-encodes the rows x cols matrix `src` (row layout) as `type` into dst
 // (rows * RowBytes(type, cols) bytes); cols must be a multiple of type's block size.

@@ -138,6 +138,8 @@ DType ActivationType(DType t) {
       return DType::kQ8_0;
     case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
       return DType::kQ8_K;
+    case DType::kBF16:
+      return DType::kBF16;  // as ggml: BF16 weights multiply BF16-rounded activations
     default:
       return DType::kF32;
   }
@@ -150,14 +152,19 @@ void MatMulRef(const ops::WeightView& w, const float* x, int64_t m, double* y, d
   std::vector<float> wf(n);
   std::vector<BlockQ8_0> a0(n / 32 + 1);
   std::vector<BlockQ8_K> ak(n / 256 + 1);
+  std::vector<float> xr(n);
   for (int64_t j = 0; j < m; ++j) {
     const float* xj = x + j * n;
+    if (act == DType::kBF16) {
+      for (int64_t i = 0; i < n; ++i) xr[i] = BF16ToF32(F32ToBF16(xj[i]));
+      xj = xr.data();
+    }
     if (act == DType::kQ8_0) QuantizeRowQ8_0(xj, a0.data(), n);
     if (act == DType::kQ8_K) QuantizeRowQ8_K(xj, ak.data(), n);
     for (int64_t r = 0; r < w.rows; ++r) {
       const void* row = static_cast<const uint8_t*>(w.data) + r * row_bytes;
       Acc acc;
-      if (act == DType::kF32) {
+      if (act == DType::kF32 || act == DType::kBF16) {
         DequantizeRow(w.type, row, wf.data(), n);
         for (int64_t i = 0; i < n; ++i) acc.Add(static_cast<double>(wf[i]) * xj[i]);
       } else if (act == DType::kQ8_0) {

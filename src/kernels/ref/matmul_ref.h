@@ -11,7 +11,8 @@
 namespace dspark::ref {
 
 // The activation format MatMul pairs with a weight type: kQ8_0 for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1,
-// kQ8_K for Q4_K/Q5_K/Q6_K, kF32 for float weights.
+// kQ8_K for Q4_K/Q5_K/Q6_K, kBF16 for BF16 (the activations rounded to bf16, as ggml), kF32 for
+// F32 and F16.
 DType ActivationType(DType weight_type);
 
 // y[m, w.rows] = x[m, w.cols] · wᵀ in double. bound (optional, same shape) receives Σ|term| over

@@ -1,0 +1,233 @@
+// Per-target MatMul for BF16 weights.
+//
+// BF16 weights multiply BF16 activations, as in llama.cpp (the vec_dot_type of GGML_TYPE_BF16 is
+// BF16): each call rounds x to bf16 (nearest even) once. The product of two bf16 values is exact
+// in f32, so every target forms the same products and they differ only in how the products are
+// summed. CPUs with AVX-512 BF16 (AMD Zen 4/5, Intel Cooper Lake, Sapphire Rapids and later) have
+// vdpbf16ps: 32 multiply-adds per instruction, twice the rate of f32 FMAs (207 vs 112 GMAC/s per
+// core on the Zen 5 host). The matmuls of a verification block read the weights once for all its
+// rows and are bound by that rate, so each extra row costs about half what it costs with F16.
+//
+// Packed layout (ops::PackWeights): [group of 16 rows][column pair][16][2]. The 32-bit lane l of a
+// pair's 64 bytes holds row l's columns 2p (low half) and 2p + 1: the operand order of vdpbf16ps.
+// An odd column count gets a zero column; rows past the matrix are zero. Targets without the
+// instruction split each lane into its two columns (a shift and a mask) and use f32 FMAs in column
+// order. Either way every output is one accumulation chain over the columns in order, whatever m,
+// so a row verified in a block equals the same row decoded alone, bitwise.
+#if defined(DSPARK_KERNELS_MATMUL_BF16_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef DSPARK_KERNELS_MATMUL_BF16_INL_H_
+#undef DSPARK_KERNELS_MATMUL_BF16_INL_H_
+#else
+#define DSPARK_KERNELS_MATMUL_BF16_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "kernels/matmul_float-inl.h"
+#include "kernels/test_hooks.h"
+#include "util/fp16.h"
+#include "util/thread_pool.h"
+
+#if HWY_TARGET == HWY_AVX3_DL
+#include <immintrin.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace dspark {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// x[0, n) rounded to bf16 (nearest even, NaN kept quiet: util F32ToBF16) into bits[0, n_pad), zeros past n.
+inline void RoundRowToBf16(const float* HWY_RESTRICT x, int64_t n, int64_t n_pad, uint16_t* HWY_RESTRICT bits) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(di)> du16;
+  const int64_t N = hn::Lanes(df);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto u = hn::BitCast(du, hn::LoadU(df, x + i));
+    const auto top = hn::ShiftRight<16>(u);
+    const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), hn::And(top, hn::Set(du, 1u)))));
+    const auto is_nan = hn::Gt(hn::BitCast(di, hn::And(u, hn::Set(du, 0x7fffffffu))), hn::Set(di, 0x7f800000));
+    const auto r = hn::IfThenElse(hn::RebindMask(du, is_nan), hn::Or(top, hn::Set(du, 64u)), rounded);
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, r)), du16, bits + i);
+  }
+  for (; i < n; ++i) bits[i] = F32ToBF16(x[i]);
+  for (; i < n_pad; ++i) bits[i] = 0;
+}
+
+// ---- Targets without vdpbf16ps: f32 FMAs over the split pair lanes ----
+
+// out[g][j][l] = Σ_k packed_g[k][l] · xr[k][j] for kM activation rows (xr: the bf16-rounded rows
+// as f32, interleaved [cols_pad][kM]) and the 16 rows of each of kG consecutive groups.
+template <int kM, int kG>
+HWY_NOINLINE void Bf16PackedTileFma(const uint32_t* HWY_RESTRICT g, int64_t pairs, const float* HWY_RESTRICT xr,
+                                    float* HWY_RESTRICT y, int64_t y_stride, int64_t live_last) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  constexpr int N = static_cast<int>(hn::MaxLanes(df));
+  constexpr int kV = static_cast<int>(kFloatGroupRows) / N;
+  const int64_t group_stride = pairs * kFloatGroupRows;
+  const auto high_half = hn::Set(du, 0xffff0000u);
+  hn::Vec<decltype(df)> acc[kG][kM][kV];
+  for (int q = 0; q < kG; ++q)
+    for (int j = 0; j < kM; ++j)
+      for (int v = 0; v < kV; ++v) acc[q][j][v] = hn::Zero(df);
+  for (int64_t p = 0; p < pairs; ++p) {
+    hn::Vec<decltype(df)> even[kG][kV], odd[kG][kV];
+    for (int q = 0; q < kG; ++q) {
+      const uint32_t* wp = g + q * group_stride + p * kFloatGroupRows;
+      for (int v = 0; v < kV; ++v) {
+        const auto w = hn::LoadU(du, wp + v * N);
+        even[q][v] = hn::BitCast(df, hn::ShiftLeft<16>(w));
+        odd[q][v] = hn::BitCast(df, hn::And(w, high_half));
+      }
+    }
+    const float* xp = xr + 2 * p * kM;
+    for (int j = 0; j < kM; ++j) {
+      const auto xe = hn::Set(df, xp[j]), xo = hn::Set(df, xp[kM + j]);
+      for (int q = 0; q < kG; ++q)
+        for (int v = 0; v < kV; ++v) acc[q][j][v] = hn::MulAdd(odd[q][v], xo, hn::MulAdd(even[q][v], xe, acc[q][j][v]));
+    }
+  }
+  StoreTileOutputs<kM, kG>(y, y_stride, live_last, [&](int q, int j, float* dst) {
+    for (int v = 0; v < kV; ++v) hn::StoreU(acc[q][j][v], df, dst + v * N);
+  });
+}
+
+// ---- AVX-512 BF16: vdpbf16ps ----
+#undef DSPARK_HAVE_BF16_DOT
+#if HWY_TARGET == HWY_AVX3_DL
+#define DSPARK_HAVE_BF16_DOT 1
+#define DSPARK_BF16_ATTR \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,fma,f16c,avx2")))
+
+// Software prefetch distance in column pairs (x 64 bytes per group), as kFloatPrefetchCols for F16.
+inline constexpr int64_t kBf16PrefetchPairs = 64;
+
+// As Bf16PackedTileFma with xi the bf16 pairs of each activation row interleaved [pairs][kM].
+template <int kM, int kG>
+DSPARK_BF16_ATTR HWY_NOINLINE void Bf16PackedTileDot(const uint32_t* HWY_RESTRICT g, int64_t pairs,
+                                                     const uint32_t* HWY_RESTRICT xi, float* HWY_RESTRICT y,
+                                                     int64_t y_stride, int64_t live_last) {
+  const int64_t group_stride = pairs * kFloatGroupRows;
+  __m512 acc[kG][kM];
+  for (int q = 0; q < kG; ++q)
+    for (int j = 0; j < kM; ++j) acc[q][j] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512i w[kG];
+    for (int q = 0; q < kG; ++q) {
+      const uint32_t* wp = g + q * group_stride + p * kFloatGroupRows;
+      // One prefetch per two pairs (128 bytes); past the group's end, the next tile's group.
+      if (p % 2 == 0) {
+        const int64_t ahead = p + kBf16PrefetchPairs;
+        __builtin_prefetch(ahead < pairs ? wp + kBf16PrefetchPairs * kFloatGroupRows
+                                         : g + (kG + q) * group_stride + (ahead - pairs) * kFloatGroupRows);
+      }
+      w[q] = _mm512_loadu_si512(wp);
+    }
+    const uint32_t* xp = xi + p * kM;
+    for (int j = 0; j < kM; ++j) {
+      const __m512bh xb = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp[j]));
+      for (int q = 0; q < kG; ++q) acc[q][j] = _mm512_dpbf16_ps(acc[q][j], (__m512bh)w[q], xb);
+    }
+  }
+  StoreTileOutputs<kM, kG>(y, y_stride, live_last, [&](int q, int j, float* dst) { _mm512_storeu_ps(dst, acc[q][j]); });
+}
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
+// Whether this target multiplies with vdpbf16ps: AVX3_DL code on a CPU that has AVX-512 BF16
+// (Highway 1.0.3 has no target that requires it; Ice Lake has AVX3_DL without it), unless a test
+// turned it off to check the FMA path on the same CPU.
+inline bool UseBf16Dot() {
+#ifdef DSPARK_HAVE_BF16_DOT
+  static const bool cpu_has = __builtin_cpu_supports("avx512bf16");
+  return cpu_has && !kernels::Bf16DotDisabledForTest();
+#else
+  return false;
+#endif
+}
+
+// Groups [gb, ge) for one chunk of kM activation rows starting at row j0: kG groups per tile, then
+// one at a time. xj: the chunk's interleaved activations (u32 pairs for the dot path, f32 else).
+template <int kM, bool kDot, typename XT>
+HWY_INLINE void Bf16PackedGroups(const uint32_t* packed, int64_t rows, int64_t pairs, int64_t gb, int64_t ge,
+                                 const XT* xj, int64_t j0, float* y) {
+  constexpr int kG = FloatTileGroups<hn::ScalableTag<float>>(kM);
+  const auto tile = [&](auto groups_tag, int64_t grp) {
+    constexpr int kTileG = decltype(groups_tag)::value;
+    const int64_t r0 = grp * kFloatGroupRows;
+    const int64_t live_last = std::min(kFloatGroupRows, rows - (r0 + (kTileG - 1) * kFloatGroupRows));
+    const uint32_t* g = packed + grp * pairs * kFloatGroupRows;
+#ifdef DSPARK_HAVE_BF16_DOT
+    if constexpr (kDot) {
+      Bf16PackedTileDot<kM, kTileG>(g, pairs, xj, y + j0 * rows + r0, rows, live_last);
+      return;
+    }
+#endif
+    if constexpr (!kDot) Bf16PackedTileFma<kM, kTileG>(g, pairs, xj, y + j0 * rows + r0, rows, live_last);
+  };
+  int64_t grp = gb;
+  for (; kG > 1 && grp + kG <= ge; grp += kG) tile(std::integral_constant<int, kG>(), grp);
+  for (; grp < ge; ++grp) tile(std::integral_constant<int, 1>(), grp);
+}
+
+inline void MatMulBf16Packed(const uint32_t* packed, int64_t rows, int64_t cols, const float* x, int64_t m,
+                             float* y, ThreadPool& pool) {
+  constexpr int kMaxM = FloatPackedMaxRows<hn::ScalableTag<float>>();
+  const int64_t pairs = (cols + 1) / 2, cols_pad = 2 * pairs;
+  const int64_t groups = (rows + kFloatGroupRows - 1) / kFloatGroupRows;
+  const int64_t chunk = PackedRowChunk(m, kMaxM);
+  // The rounded rows: bf16 bits [m][cols_pad] (zero-padded), then per path the tiles' operand.
+  thread_local std::vector<uint16_t> bits;
+  bits.resize(static_cast<size_t>(m * cols_pad));
+  for (int64_t j = 0; j < m; ++j) RoundRowToBf16(x + j * cols, cols, cols_pad, bits.data() + j * cols_pad);
+#ifdef DSPARK_HAVE_BF16_DOT
+  if (UseBf16Dot()) {
+    // A row's pairs are its bf16 bits read as uint32 (little-endian: column 2p in the low half).
+    thread_local std::vector<uint32_t> rows_u32, xi_buf;
+    rows_u32.resize(static_cast<size_t>(m * pairs));
+    std::memcpy(rows_u32.data(), bits.data(), rows_u32.size() * sizeof(uint32_t));
+    const uint32_t* xi = m == 1 ? rows_u32.data() : InterleaveRowChunks(rows_u32.data(), m, pairs, chunk, xi_buf);
+    ForPackedGroupBlocks(groups, m, chunk, pool, [&](int64_t gb, int64_t ge, int64_t j0, int mt) {
+      WithRowChunk<kMaxM>(mt, [&](auto rows_tag) {
+        Bf16PackedGroups<decltype(rows_tag)::value, true>(packed, rows, pairs, gb, ge, xi + j0 * pairs, j0, y);
+      });
+    });
+    return;
+  }
+#endif
+  thread_local std::vector<float> rounded, xi_buf;
+  rounded.resize(static_cast<size_t>(m * cols_pad));
+  for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = BF16ToF32(bits[i]);
+  const float* xr = m == 1 ? rounded.data() : InterleaveRowChunks(rounded.data(), m, cols_pad, chunk, xi_buf);
+  ForPackedGroupBlocks(groups, m, chunk, pool, [&](int64_t gb, int64_t ge, int64_t j0, int mt) {
+    WithRowChunk<kMaxM>(mt, [&](auto rows_tag) {
+      Bf16PackedGroups<decltype(rows_tag)::value, false>(packed, rows, pairs, gb, ge, xr + j0 * cols_pad, j0, y);
+    });
+  });
+}
+
+inline void MatMulBf16Impl(const ops::WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+  if (w.packed) return MatMulBf16Packed(static_cast<const uint32_t*>(w.packed), w.rows, w.cols, x, m, y, pool);
+  // Row layout (--no-repack): the FMA loops of the float kernel over the bf16-rounded rows.
+  thread_local std::vector<uint16_t> bits;
+  thread_local std::vector<float> rounded;
+  bits.resize(static_cast<size_t>(m * w.cols));
+  rounded.resize(bits.size());
+  for (int64_t j = 0; j < m; ++j) RoundRowToBf16(x + j * w.cols, w.cols, w.cols, bits.data() + j * w.cols);
+  for (size_t i = 0; i < bits.size(); ++i) rounded[i] = BF16ToF32(bits[i]);
+  MatMulFloatTyped(static_cast<const hwy::bfloat16_t*>(w.data), w.rows, w.cols, rounded.data(), m, y, pool);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dspark
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard
