@@ -5,7 +5,6 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 DSPARK := $(BUILD_DIR)/bin/dspark
-MODEL ?= models/ref-target.gguf
 # printf format (\n is a newline); the recipe runs under /bin/sh (dash), whose printf keeps \" as
 # two characters, so the quotes are written plainly.
 PROMPT ?= def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n
@@ -13,9 +12,19 @@ N ?= 96
 # The fastest setting measured on this pair's held-out prompts (README, Performance): prompt lookup
 # in front of the draft model, each draft's length chosen adaptively up to 8 (else n-gram lookup
 # alone). `make run` then also shows the DSpark drafter (lookup first, its best measured setting:
-# 3 tokens per block) when it exists. Drafters run as Q8_0 copies made by `dspark quantize` at build time (drafting ~2x
-# cheaper; verification keeps the output the F16 target's, token for token).
+# 3 tokens per block) when it exists. Drafters run as Q8_0 copies made by `dspark quantize` at build
+# time (drafting ~2x cheaper; verification keeps the output the target's, token for token).
 Q8 := $(BUILD_DIR)/models
+# The target runs as a BF16 copy where the CPU has AVX-512 BF16 (AMD Zen 4/5, Intel Cooper Lake,
+# Sapphire Rapids and later): vdpbf16ps multiplies at twice the f32 FMA rate, so prefill and the
+# extra rows of a verification block cost about half (BF16 activations, as llama.cpp pairs them).
+# Elsewhere the F16 file itself, which those CPUs multiply as fast as BF16.
+ifneq ($(shell grep -m1 -ow avx512_bf16 /proc/cpuinfo 2>/dev/null),)
+MODEL ?= $(Q8)/ref-target-bf16.gguf
+DRAFTERS += $(Q8)/ref-target-bf16.gguf
+else
+MODEL ?= models/ref-target.gguf
+endif
 ifneq ($(wildcard models/ref-draft.gguf),)
 DRAFTERS += $(Q8)/ref-draft-q8_0.gguf
 SPEC ?= --spec-type draft-simple -md $(Q8)/ref-draft-q8_0.gguf --spec-ngram-first --spec-adaptive --spec-draft-n-max 8
@@ -47,6 +56,10 @@ $(Q8)/%-q8_0.gguf: models/%.gguf $(DSPARK)
 	@mkdir -p $(Q8)
 	@$(DSPARK) quantize $< $@ Q8_0 2>&1 | tail -n 1
 
+$(Q8)/%-bf16.gguf: models/%.gguf $(DSPARK)
+	@mkdir -p $(Q8)
+	@$(DSPARK) quantize $< $@ BF16 2>&1 | tail -n 1
+
 # Generates with the bundled reference models, speculatively and plain on the same prompt, and
 # prints both speeds, the speed-up, acceptance and whether the outputs are identical.
 run: drafters
@@ -59,7 +72,7 @@ endif
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
-bench: build
+bench: drafters
 	@$(DSPARK) bench --plain -m $(MODEL)
 	@$(BUILD_DIR)/bin/kernels_bench --benchmark_min_time=0.2
 
