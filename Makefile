@@ -15,11 +15,11 @@ N ?= 96
 # 3 tokens per block) when it exists. Drafters run as Q8_0 copies made by `dspark quantize` at build
 # time (drafting ~2x cheaper; verification keeps the output the target's, token for token).
 Q8 := $(BUILD_DIR)/models
-# The target runs as a BF16 copy where the CPU has AVX-512 BF16 (AMD Zen 4/5, Intel Cooper Lake,
-# Sapphire Rapids and later): vdpbf16ps multiplies at twice the f32 FMA rate, so prefill and the
-# extra rows of a verification block cost about half (BF16 activations, as llama.cpp pairs them).
-# Elsewhere the F16 file itself, which those CPUs multiply as fast as BF16.
-ifneq ($(shell grep -m1 -ow avx512_bf16 /proc/cpuinfo 2>/dev/null),)
+# The target runs as a BF16 copy on AMD CPUs with AVX-512 BF16 (Zen 4, Zen 5): vdpbf16ps multiplies
+# at twice the f32 FMA rate there, so prefill and the extra rows of a verification block cost about
+# half (BF16 activations, as llama.cpp pairs them). Elsewhere the F16 file itself (Intel's
+# vdpbf16ps is no faster than FMAs: kernels/matmul_bf16-inl.h).
+ifneq ($(and $(shell grep -m1 -ow avx512_bf16 /proc/cpuinfo 2>/dev/null),$(shell grep -m1 -ow AuthenticAMD /proc/cpuinfo 2>/dev/null)),)
 MODEL ?= $(Q8)/ref-target-bf16.gguf
 DRAFTERS += $(Q8)/ref-target-bf16.gguf
 else

@@ -15,6 +15,7 @@
 #include "cli/cmd_bench_spec.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "kernels/ops.h"
 #include "model/model.h"
 
 namespace dspark::cli {
@@ -88,6 +89,9 @@ int RunPlainBench(const BenchFlags& f) {
     weights += fmt::format("{}{:.0f} MiB copied in row layout", weights.empty() ? "" : ", ", model.CopiedBytes() / 1048576.0);
   weights = weights.empty() ? "row-layout weights read from the file"
                             : weights + (model.WeightsOnHugePages() ? ", on huge pages" : "");
+  const bool has_bf16 = std::any_of(model.file().tensors().begin(), model.file().tensors().end(),
+                                    [](const auto& t) { return t.type == DType::kBF16 && t.ne.size() >= 2; });
+  if (has_bf16) weights += fmt::format(", BF16 multiplied with {}", ops::Bf16MatMulKernel());
   std::fprintf(stderr, "dspark bench: %s, %s, %d threads, %s\n", f.model.c_str(), c.arch.c_str(), pool.num_threads(),
                weights.c_str());
   const double copy_bw = CopyBandwidth(pool);
@@ -133,6 +137,7 @@ int RunPlainBench(const BenchFlags& f) {
   j["repacked_bytes"] = model.PackedBytes();
   j["row_layout_copied_bytes"] = model.CopiedBytes();
   j["weights_on_huge_pages"] = model.WeightsOnHugePages();
+  if (has_bf16) j["bf16_kernel"] = ops::Bf16MatMulKernel();
   j["cache_type"] = f.cache_type == DType::kF16 ? "f16" : "f32";
   j["prefill_tokens"] = f.n_prefill;
   j["prefill_tok_s"] = pf.median;

@@ -24,6 +24,7 @@ namespace dspark {
 HWY_EXPORT(MatMulQuantImpl);
 HWY_EXPORT(MatMulFloatImpl);
 HWY_EXPORT(MatMulBf16Impl);
+HWY_EXPORT(Bf16KernelName);
 HWY_EXPORT(MatMulPackedImpl);
 HWY_EXPORT(PackedBytesImpl);
 HWY_EXPORT(PackWeightsImpl);
@@ -74,6 +75,8 @@ void PackFloat(const WeightView& w, void* dst, ThreadPool& pool) {
   });
 }
 }  // namespace
+
+const char* Bf16MatMulKernel() { return HWY_DYNAMIC_DISPATCH(Bf16KernelName)(); }
 
 bool MatMulSupports(DType type) {
   switch (type) {

@@ -3,10 +3,10 @@
 // BF16 weights multiply BF16 activations, as in llama.cpp (the vec_dot_type of GGML_TYPE_BF16 is
 // BF16): each call rounds x to bf16 (nearest even) once. The product of two bf16 values is exact
 // in f32, so every target forms the same products and they differ only in how the products are
-// summed. CPUs with AVX-512 BF16 (AMD Zen 4/5, Intel Cooper Lake, Sapphire Rapids and later) have
-// vdpbf16ps: 32 multiply-adds per instruction, twice the rate of f32 FMAs (207 vs 112 GMAC/s per
-// core on the Zen 5 host). The matmuls of a verification block read the weights once for all its
-// rows and are bound by that rate, so each extra row costs about half what it costs with F16.
+// summed. AMD CPUs with AVX-512 BF16 (Zen 4, Zen 5) run vdpbf16ps, 32 multiply-adds per
+// instruction, at twice the rate of f32 FMAs (207 vs 112 GMAC/s per core on the Zen 5 host; see
+// UseBf16Dot for Intel's). The matmuls of a verification block read the weights once for all its
+// rows and are bound by that rate, so there each extra row costs about half what it costs with F16.
 //
 // Packed layout (ops::PackWeights): [group of 16 rows][column pair][16][2]. The 32-bit lane l of a
 // pair's 64 bytes holds row l's columns 2p (low half) and 2p + 1: the operand order of vdpbf16ps.
@@ -142,17 +142,22 @@ DSPARK_BF16_ATTR HWY_NOINLINE void Bf16PackedTileDot(const uint32_t* HWY_RESTRIC
 }
 #endif  // HWY_TARGET == HWY_AVX3_DL
 
-// Whether this target multiplies with vdpbf16ps: AVX3_DL code on a CPU that has AVX-512 BF16
+// Whether this target multiplies with vdpbf16ps: AVX3_DL code on an AMD CPU that has AVX-512 BF16
 // (Highway 1.0.3 has no target that requires it; Ice Lake has AVX3_DL without it), unless a test
-// turned it off to check the FMA path on the same CPU.
+// turned it off to check the FMA path on the same CPU. Only AMD's: on the Intel Xeon (Sapphire
+// Rapids class) of earlier sessions vdpbf16ps ran at 42 GMAC/s a core against 87 for f32 FMAs,
+// on Zen 5 at 207 against 112. The choice is fixed per CPU model, never timed, so a machine's
+// outputs do not depend on load.
 inline bool UseBf16Dot() {
 #ifdef DSPARK_HAVE_BF16_DOT
-  static const bool cpu_has = __builtin_cpu_supports("avx512bf16");
-  return cpu_has && !kernels::Bf16DotDisabledForTest();
+  static const bool fast = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_is("amd");
+  return fast && !kernels::Bf16DotDisabledForTest();
 #else
   return false;
 #endif
 }
+
+inline const char* Bf16KernelName() { return UseBf16Dot() ? "vdpbf16ps" : "f32 FMA"; }
 
 // Groups [gb, ge) for one chunk of kM activation rows starting at row j0: kG groups per tile, then
 // one at a time. xj: the chunk's interleaved activations (u32 pairs for the dot path, f32 else).

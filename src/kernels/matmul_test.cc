@@ -252,7 +252,7 @@ TEST(MatMul, Bf16RoundsActivationsToBf16) {
   kernels::DisableBf16DotForTest(false);
 }
 
-// On CPUs with AVX-512 BF16 the AVX3_DL target multiplies BF16 with vdpbf16ps and every other
+// On AMD CPUs with AVX-512 BF16 the AVX3_DL target multiplies BF16 with vdpbf16ps and every other
 // target with f32 FMAs over the split column pairs; the FMA path must hold on the same CPU too.
 // Both against the reference, packed (odd column counts: a padded pair) and in row layout, and a
 // row alone bitwise equal to the row in a block.

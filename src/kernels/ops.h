@@ -34,6 +34,9 @@ size_t PackedBytes(DType type, int64_t rows, int64_t cols);
 // Writes the packed layout of w to dst (64-byte aligned, PackedBytes(w.type, w.rows, w.cols) bytes).
 void PackWeights(const WeightView& w, void* dst, ThreadPool& pool);
 
+// How MatMul multiplies BF16 weights on this CPU: "vdpbf16ps" (AVX-512 BF16 on AMD) or "f32 FMA".
+const char* Bf16MatMulKernel();
+
 // Types MatMul accepts as weights.
 bool MatMulSupports(DType type);
 
