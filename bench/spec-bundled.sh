@@ -3,14 +3,16 @@
 # (fixed n-max grid and the cost schedule), sampling at T = 0.8, the draft model (fixed and adaptive,
 # on held-out code and on off-domain text), prompt lookup (alone and in front of both drafters),
 # and the serving frontiers of both drafters. Run on a quiet machine; results go to $OUT
-# (default bench-out/).
+# (default bench-out/). TARGET picks the target file, e.g. the BF16 copy that `make run` uses on AMD
+# CPUs with AVX-512 BF16 (make drafters writes it there):
 #   bench/spec-bundled.sh [OUT]
+#   TARGET=build/models/ref-target-bf16.gguf bench/spec-bundled.sh bench-out-bf16
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=build/bin/dspark
 OUT="${1:-bench-out}"
 P=bench/prompts/code-completion.jsonl
-T=models/ref-target.gguf
+T=${TARGET:-models/ref-target.gguf}
 mkdir -p "$OUT"
 # The drafters run as Q8_0 copies (make drafters), as `make run` runs them.
 make --no-print-directory drafters >/dev/null
