@@ -159,16 +159,13 @@ inline bool UseBf16Dot() {
 
 inline const char* Bf16KernelName() { return UseBf16Dot() ? "vdpbf16ps" : "f32 FMA"; }
 
-// Groups [gb, ge) for one chunk of kM activation rows starting at row j0: kG groups per tile, then
-// one at a time. xj: the chunk's interleaved activations (u32 pairs for the dot path, f32 else).
+// Groups [gb, ge) for one chunk of kM activation rows starting at row j0. xj: the chunk's
+// interleaved activations (u32 pairs for the dot path, f32 else).
 template <int kM, bool kDot, typename XT>
 HWY_INLINE void Bf16PackedGroups(const uint32_t* packed, int64_t rows, int64_t pairs, int64_t gb, int64_t ge,
                                  const XT* xj, int64_t j0, float* y) {
-  constexpr int kG = FloatTileGroups<hn::ScalableTag<float>>(kM);
-  const auto tile = [&](auto groups_tag, int64_t grp) {
+  ForEachGroupTile<kM>(rows, gb, ge, [&](auto groups_tag, int64_t grp, int64_t r0, int64_t live_last) {
     constexpr int kTileG = decltype(groups_tag)::value;
-    const int64_t r0 = grp * kFloatGroupRows;
-    const int64_t live_last = std::min(kFloatGroupRows, rows - (r0 + (kTileG - 1) * kFloatGroupRows));
     const uint32_t* g = packed + grp * pairs * kFloatGroupRows;
 #ifdef DSPARK_HAVE_BF16_DOT
     if constexpr (kDot) {
@@ -177,10 +174,7 @@ HWY_INLINE void Bf16PackedGroups(const uint32_t* packed, int64_t rows, int64_t p
     }
 #endif
     if constexpr (!kDot) Bf16PackedTileFma<kM, kTileG>(g, pairs, xj, y + j0 * rows + r0, rows, live_last);
-  };
-  int64_t grp = gb;
-  for (; kG > 1 && grp + kG <= ge; grp += kG) tile(std::integral_constant<int, kG>(), grp);
-  for (; grp < ge; ++grp) tile(std::integral_constant<int, 1>(), grp);
+  });
 }
 
 inline void MatMulBf16Packed(const uint32_t* packed, int64_t rows, int64_t cols, const float* x, int64_t m,

@@ -214,22 +214,30 @@ constexpr int FloatTileGroups(int kM) {
   return g;
 }
 
-// Groups [gb, ge) for one chunk of mt == kM activation rows starting at row j0: kG groups per
-// tile, then one at a time.
+// Calls tile(std::integral_constant<int, kTileG>(), grp, r0, live_last) for the tiles that cover
+// groups [gb, ge) of a chunk of kM activation rows: kG = FloatTileGroups(kM) groups per tile, then
+// one at a time. r0: the tile's first weight row; live_last: rows of its last group inside the matrix.
+template <int kM, class Tile>
+HWY_INLINE void ForEachGroupTile(int64_t rows, int64_t gb, int64_t ge, const Tile& tile) {
+  constexpr int kG = FloatTileGroups<hn::ScalableTag<float>>(kM);
+  const auto run = [&](auto groups_tag, int64_t grp) {
+    constexpr int kTileG = decltype(groups_tag)::value;
+    const int64_t r0 = grp * kFloatGroupRows;
+    tile(groups_tag, grp, r0, std::min(kFloatGroupRows, rows - (r0 + (kTileG - 1) * kFloatGroupRows)));
+  };
+  int64_t grp = gb;
+  for (; kG > 1 && grp + kG <= ge; grp += kG) run(std::integral_constant<int, kG>(), grp);
+  for (; grp < ge; ++grp) run(std::integral_constant<int, 1>(), grp);
+}
+
+// Groups [gb, ge) for one chunk of mt == kM activation rows starting at row j0.
 template <int kM, typename WT>
 HWY_INLINE void FloatPackedGroups(const WT* packed, int64_t rows, int64_t cols, int64_t gb, int64_t ge,
                                   const float* xj, int64_t j0, float* y) {
-  constexpr int kG = FloatTileGroups<hn::ScalableTag<float>>(kM);
-  const auto tile = [&](auto groups_tag, int64_t grp) {
-    constexpr int kTileG = decltype(groups_tag)::value;
-    const int64_t r0 = grp * kFloatGroupRows;
-    const int64_t live_last = std::min(kFloatGroupRows, rows - (r0 + (kTileG - 1) * kFloatGroupRows));
-    FloatPackedTile<kM, kTileG>(packed + grp * cols * kFloatGroupRows, cols, xj, y + j0 * rows + r0, rows,
-                                live_last);
-  };
-  int64_t grp = gb;
-  for (; kG > 1 && grp + kG <= ge; grp += kG) tile(std::integral_constant<int, kG>(), grp);
-  for (; grp < ge; ++grp) tile(std::integral_constant<int, 1>(), grp);
+  ForEachGroupTile<kM>(rows, gb, ge, [&](auto groups_tag, int64_t grp, int64_t r0, int64_t live_last) {
+    FloatPackedTile<kM, decltype(groups_tag)::value>(packed + grp * cols * kFloatGroupRows, cols, xj,
+                                                     y + j0 * rows + r0, rows, live_last);
+  });
 }
 
 // Activation rows per pass over packed float weights: as many as the registers hold accumulators
