@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 
+#include "kernels/test_hooks.h"
 #include "model/testing/tiny_models.h"
 #include "spec/drafters/draft_model.h"
 #include "spec/drafters/factory.h"
@@ -457,6 +459,67 @@ TEST_F(Lossless, MismatchedVocabularyIsRefusedNamingTheToken) {
   EXPECT_NE(unknown.status().message().find("unknown --spec-type"), std::string::npos);
 }
 
+
+// Exact speculation rests on each weight type's kernels giving a row the same logits, bitwise,
+// whether it is decoded alone or verified in a block (BF16: vdpbf16ps on AMD CPUs with AVX-512
+// BF16, F32 FMAs elsewhere; Q8_0: VNNI or not). Greedy speculation must then reproduce plain
+// decoding whatever type the target's matrices are stored in, with both BF16 paths.
+// A test of the model's pass as the verifier uses it, beside the kernels' own (kernels_test).
+TEST(LosslessWeightTypes, GreedyEqualsPlainForEveryTargetWeightType) {
+  ThreadPool pool(2);
+  const int n = 40;
+  std::vector<int32_t> prompt = {1};
+  for (int i = 0; i < 11; ++i) prompt.push_back(3 + (i * 23 + 1) % 280);
+  for (const DType type : {DType::kF16, DType::kBF16, DType::kQ8_0}) {
+    SynthSpec spec = testing::TinySpec("qwen3", type);
+    spec.seed = 11;
+    spec.tied_embeddings = false;
+    spec.embedding_gain = 2.0f;
+    Loaded target = Load(testing::WriteTiny(spec, "lossless_type_" + std::string(DTypeName(type))));
+    for (const bool bf16_dot_off : {false, true}) {
+      if (bf16_dot_off && type != DType::kBF16) continue;
+      kernels::DisableBf16DotForTest(bf16_dot_off);
+      const ModelConfig& c = target.model->config();
+      // The property itself: a 6-row verification block's logits equal decoding its rows one by
+      // one, to the bit (greedy ids alone would hide a last-bit difference that flips no argmax).
+      KvCache cache(c, 1, 256);
+      Batch pre;
+      for (size_t i = 0; i < prompt.size(); ++i) pre.Add(prompt[i], static_cast<int>(i), 0, false);
+      ASSERT_TRUE(target.model->Forward(pre, cache, pool).ok());
+      const int base = static_cast<int>(prompt.size()), k = 6;
+      Batch block;
+      for (int i = 0; i < k; ++i) block.Add(3 + 37 * i % 250, base + i, 0, true);
+      auto verified = target.model->Forward(block, cache, pool);
+      ASSERT_TRUE(verified.ok());
+      ASSERT_TRUE(cache.Truncate(0, base).ok());
+      for (int i = 0; i < k; ++i) {
+        Batch one;
+        one.Add(3 + 37 * i % 250, base + i, 0, true);
+        auto decoded = target.model->Forward(one, cache, pool);
+        ASSERT_TRUE(decoded.ok());
+        ASSERT_EQ(0, std::memcmp(decoded->Logits(0, c.n_vocab), verified->Logits(i, c.n_vocab), c.n_vocab * sizeof(float)))
+            << DTypeName(type) << " row " << i << " bf16 dot off " << bf16_dot_off;
+      }
+      const auto want = testing::ReferenceGreedy(*target.model, pool, prompt, n, 256);
+      ASSERT_GE(std::set<int32_t>(want.begin(), want.end()).size(), 5u) << DTypeName(type);
+      std::vector<int32_t> reference = prompt;
+      reference.insert(reference.end(), want.begin(), want.end());
+      for (int n_max : {1, 3, 8, 16}) {
+        SyntheticDrafter drafter(reference, target.model->config().n_vocab, 0.7);
+        ScheduleOptions so;
+        so.n_max = n_max;
+        SpeculativeEngine engine(*target.model, *target.tok, pool, 256, &drafter, so);
+        GenerateOptions go;
+        go.max_new_tokens = n;
+        auto r = engine.GenerateFromIds(prompt, go);
+        ASSERT_TRUE(r.ok()) << r.status().message();
+        ASSERT_EQ(r->ids, want) << DTypeName(type) << " n_max " << n_max << " bf16 dot off " << bf16_dot_off;
+        EXPECT_GT(r->stats.num_accepted_tokens, 0) << DTypeName(type);
+      }
+    }
+    kernels::DisableBf16DotForTest(false);
+  }
+}
 
 TEST(LosslessSampling, SpeculativeSamplingMatchesPlainInDistribution) {
   // A 16-token vocabulary keeps the joint distribution of two tokens small enough to test.
