@@ -86,15 +86,21 @@ const WeightSet& Weights(DType type, int64_t rows, int64_t cols) {
   return ws;
 }
 
-// hot = true: one copy of the weights, resident in L2 after the first iteration, so the time is
-// the kernel's compute cost (what decode costs once DRAM is fast enough).
+// Where the weights come from: DRAM (copies past the LLC), L2 (one copy, resident after the first
+// iteration: the kernel's compute cost) or L3 (copies adding up to a small model such as the bundled
+// 28 MB target, which a decode step streams from L3: what verification rows cost on top of it).
+enum class Residency { kDram, kL2, kL3 };
+constexpr size_t kL3Bytes = size_t{24} << 20;
+
 // packed = true: MatMul reads the packed layout (as a loaded model does on CPUs that have one).
-void BM_MatMul(benchmark::State& state, DType type, int64_t rows, int64_t cols, bool hot, bool packed) {
+void BM_MatMul(benchmark::State& state, DType type, int64_t rows, int64_t cols, Residency where, bool packed) {
   const int64_t m = state.range(0);
   const int threads = static_cast<int>(state.range(1));
   kernels_bench_packed = packed;
   const WeightSet& ws = Weights(type, rows, cols);
-  const int copies = hot ? 1 : ws.copies;
+  const int copies = where == Residency::kL2   ? 1
+                     : where == Residency::kL3 ? std::min<int>(ws.copies, static_cast<int>((kL3Bytes + ws.bytes - 1) / ws.bytes))
+                                               : ws.copies;
   std::vector<float> x(m * cols), y(m * rows);
   std::mt19937 rng(1);
   std::normal_distribution<float> dist;
@@ -175,22 +181,27 @@ void RegisterAll() {
                               {"ref_draft_gate_up_1024x192", 1024, 192},
                               {"ref_draft_down_192x512", 192, 512},
                               {"ref_draft_qkv_320x192", 320, 192}};
-  // MatMul[Packed][Hot]/<type>/<shape> for every m and 1 and 2 threads (packed only where the type
+  // MatMul[Packed][Hot|L3]/<type>/<shape> for every m and 1 and 2 threads (packed only where the type
   // has a packed layout on this CPU).
-  const auto add = [](DType t, const Shape& s, bool hot, std::initializer_list<int64_t> ms) {
+  const auto add = [](DType t, const Shape& s, Residency where, std::initializer_list<int64_t> ms) {
     for (bool packed : {false, true}) {
       if (packed && ops::PackedBytes(t, s.rows, s.cols) == 0) continue;
-      const std::string name = std::string(packed ? "MatMulPacked" : "MatMul") + (hot ? "Hot/" : "/") +
-                               std::string(DTypeName(t)) + "/" + s.name;
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, t, s.rows, s.cols, hot, packed);
+      if (!packed && where == Residency::kL3) continue;
+      const char* suffix = where == Residency::kL2 ? "Hot/" : where == Residency::kL3 ? "L3/" : "/";
+      const std::string name = std::string(packed ? "MatMulPacked" : "MatMul") + suffix + std::string(DTypeName(t)) +
+                               "/" + s.name;
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, t, s.rows, s.cols, where, packed);
       b->ArgNames({"m", "threads"})->UseRealTime();
       for (int threads : {1, 2})
         for (int64_t m : ms) b->Args({m, threads});
     }
   };
   for (DType t : types) {
-    for (const Shape& s : shapes) add(t, s, /*hot=*/false, {1, 2, 4, 8, 16, 512});
-    for (const Shape& s : hot_shapes) add(t, s, /*hot=*/true, {1, 2, 4, 8, 16});
+    for (const Shape& s : shapes) add(t, s, Residency::kDram, {1, 2, 4, 8, 16, 512});
+    for (const Shape& s : hot_shapes) {
+      add(t, s, Residency::kL2, {1, 2, 4, 8, 16});
+      add(t, s, Residency::kL3, {1, 3, 5, 9});
+    }
   }
 }
 
