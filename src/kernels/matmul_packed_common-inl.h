@@ -62,8 +62,8 @@ inline PackedLayout PackedLayoutOf(int64_t rows, int64_t cols) {
 struct PackedActs {
   int64_t m = 0, cols = 0, nsub = 0;
   int8_t* q = nullptr;      // [m][cols]
-  // The bytes again, row-interleaved per chunk of kPackedRowChunk rows: dword w of row j0 + j of
-  // the chunk starting at j0 (n = min(8, m - j0) rows) at inter[j0 * cols / 4 + w * n + j]. All
+  // The bytes again, row-interleaved per chunk (PackedChunkRows): dword w of row j0 + j of the
+  // chunk starting at j0 (n = min(chunk, m - j0) rows) at inter[j0 * cols / 4 + w * n + j]. All
   // of a chunk's broadcast operands are then [one base register + constant displacement] instead
   // of 8 row pointers competing for general registers (kernels_bench MatMulPackedHot/q6_K m=8:
   // 73 -> 62 us, best of 6; Q4_K unchanged within noise; Q8_0 slower, so it reads the rows).
@@ -116,8 +116,28 @@ HWY_INLINE void PrefetchUnitLines(const uint8_t* unit, int first, int n) {
 // Bytes ahead of the weight loads that the kernels prefetch.
 inline constexpr int64_t kPackedPrefetch = 4096;
 // Activation rows per kernel pass: 8 float accumulators plus the int32 ones and the unpacked
-// weights fit the 32 zmm registers.
+// weights fit the 32 zmm registers. A format whose kernel keeps fewer accumulators in registers
+// may take more (Format::kMaxChunkRows): every further chunk unpacks the weights again.
 inline constexpr int64_t kPackedRowChunk = 8;
+
+template <class Format>
+constexpr int64_t MaxChunkRows() {
+  if constexpr (requires { Format::kMaxChunkRows; }) {
+    return Format::kMaxChunkRows;
+  } else {
+    return kPackedRowChunk;
+  }
+}
+
+// Rows per chunk for m activation rows: all of them up to max_rows (a verification block in one
+// pass), else near-equal chunks of at most kPackedRowChunk (prefill: with 12-row chunks a Q4_K
+// prefill of 512 rows was 1-3% slower, the outputs' memory traffic outweighing the unpacking saved;
+// and a lone last row would run the one-row kernel, built for streaming, over weights in L1).
+inline int64_t PackedChunkRows(int64_t m, int64_t max_rows) {
+  if (m <= max_rows) return std::max<int64_t>(m, 1);
+  const int64_t chunks = (m + kPackedRowChunk - 1) / kPackedRowChunk;
+  return (m + chunks - 1) / chunks;
+}
 // Multiply-accumulates below which a MatMul is not split over threads (see MatMulPackedRun).
 inline constexpr int64_t kMinTaskMacs = int64_t{1} << 16;
 
@@ -132,10 +152,10 @@ DSPARK_VNNI_ATTR HWY_INLINE void DpbusdBcast(__m512i& acc, __m512i w, const int3
 }
 
 // PackedActs::inter from PackedActs::q.
-inline void InterleaveChunks(const PackedActs& pa, int32_t* inter) {
+inline void InterleaveChunks(const PackedActs& pa, int64_t chunk, int32_t* inter) {
   const int64_t words = pa.cols / 4;
-  for (int64_t j0 = 0; j0 < pa.m; j0 += kPackedRowChunk) {
-    const int64_t n = std::min(kPackedRowChunk, pa.m - j0);
+  for (int64_t j0 = 0; j0 < pa.m; j0 += chunk) {
+    const int64_t n = std::min(chunk, pa.m - j0);
     int32_t* dst = inter + j0 * words;
     for (int64_t j = 0; j < n; ++j) {
       const auto* src = reinterpret_cast<const int32_t*>(pa.q + (j0 + j) * pa.cols);
@@ -164,7 +184,17 @@ inline void PackedChunk(int64_t n, const uint8_t* group, const PackedLayout& g, 
     case 5: Format::template Kernel<5>(group, g, u0, u1, pa, j0, f); break;
     case 6: Format::template Kernel<6>(group, g, u0, u1, pa, j0, f); break;
     case 7: Format::template Kernel<7>(group, g, u0, u1, pa, j0, f); break;
-    default: Format::template Kernel<8>(group, g, u0, u1, pa, j0, f); break;
+    case 8: Format::template Kernel<8>(group, g, u0, u1, pa, j0, f); break;
+    default:
+      if constexpr (MaxChunkRows<Format>() >= 12) {
+        switch (n) {
+          case 9: return Format::template Kernel<9>(group, g, u0, u1, pa, j0, f);
+          case 10: return Format::template Kernel<10>(group, g, u0, u1, pa, j0, f);
+          case 11: return Format::template Kernel<11>(group, g, u0, u1, pa, j0, f);
+          default: return Format::template Kernel<12>(group, g, u0, u1, pa, j0, f);
+        }
+      }
+      break;
   }
 }
 
@@ -177,6 +207,7 @@ inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m,
   const PackedLayout g = PackedLayoutOf<Format>(w.rows, w.cols);
   const int64_t cols = w.cols, rows = w.rows;
 
+  const int64_t chunk = PackedChunkRows(m, MaxChunkRows<Format>());
   thread_local kernels::ScratchBuffer act_buf;
   PackedActs pa;
   pa.m = m;
@@ -208,7 +239,7 @@ inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m,
     } else {
       for (int64_t j = 0; j < m; ++j) quantize(j);
     }
-    if (Format::kInterleavedActs && m > 1) InterleaveChunks(pa, inter);  // Q8_0 reads the rows
+    if (Format::kInterleavedActs && m > 1) InterleaveChunks(pa, chunk, inter);  // Q8_0 reads the rows
   }
 
   const auto* packed = static_cast<const uint8_t*>(w.packed);
@@ -243,9 +274,8 @@ inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m,
       std::memset(acc, 0, static_cast<size_t>(m) * kPackedRows * sizeof(float));
       for (int64_t u0 = 0; u0 < g.units; u0 += Format::kTileUnits) {
         const int64_t u1 = std::min(g.units, u0 + Format::kTileUnits);
-        for (int64_t j0 = 0; j0 < m; j0 += kPackedRowChunk)
-          PackedChunk<Format>(std::min(kPackedRowChunk, m - j0), group, g, u0, u1, pa, j0,
-                              acc + j0 * kPackedRows);
+        for (int64_t j0 = 0; j0 < m; j0 += chunk)
+          PackedChunk<Format>(std::min(chunk, m - j0), group, g, u0, u1, pa, j0, acc + j0 * kPackedRows);
       }
       store(grp, acc);
     }
