@@ -229,6 +229,7 @@ struct PackedQ6_K {
   static constexpr int kSub = 16;
   static constexpr bool kKQuant = true;
   static constexpr bool kInterleavedActs = true;  // reads ActRows::A
+  static constexpr int64_t kMaxChunkRows = PackedQ4_K::kMaxChunkRows;  // and f past 8 rows in memory
   // 3 super-blocks of 16 rows = 9.75 KiB.
   static constexpr int64_t kTileUnits = 3;
   static_assert(kUnitBytes % 64 == 0);
@@ -296,8 +297,10 @@ struct PackedQ6_K {
     const ActRows<kM> rows(pa, j0);
     const auto& da = rows.da;
     const auto& corr = rows.corr;
-    __m512 f[kM];
-    for (int j = 0; j < kM; ++j) f[j] = _mm512_load_ps(f_io + 16 * j);
+    constexpr bool kFInRegs = kM <= 8;  // as PackedQ4_K::Kernel
+    __m512 f[kFInRegs ? kM : 1];
+    if constexpr (kFInRegs)
+      for (int j = 0; j < kM; ++j) f[j] = _mm512_load_ps(f_io + 16 * j);
     for (int64_t u = u0; u < u1; ++u) {
       const uint8_t* sb = group + g.header_bytes + u * kUnitBytes;
       __m512 gs[kM];
@@ -328,10 +331,17 @@ struct PackedQ6_K {
         }
       }
       const __m512 d = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(dh + u));
-      for (int j = 0; j < kM; ++j)
-        f[j] = _mm512_fmadd_ps(_mm512_mul_ps(gs[j], d), _mm512_set1_ps(da[j][16 * u]), f[j]);
+      for (int j = 0; j < kM; ++j) {
+        const __m512 h = _mm512_mul_ps(gs[j], d);
+        if constexpr (kFInRegs) {
+          f[j] = _mm512_fmadd_ps(h, _mm512_set1_ps(da[j][16 * u]), f[j]);
+        } else {
+          _mm512_store_ps(f_io + 16 * j, _mm512_fmadd_ps(h, _mm512_set1_ps(da[j][16 * u]), _mm512_load_ps(f_io + 16 * j)));
+        }
+      }
     }
-    for (int j = 0; j < kM; ++j) _mm512_store_ps(f_io + 16 * j, f[j]);
+    if constexpr (kFInRegs)
+      for (int j = 0; j < kM; ++j) _mm512_store_ps(f_io + 16 * j, f[j]);
   }
 };
 
