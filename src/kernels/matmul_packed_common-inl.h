@@ -151,6 +151,32 @@ DSPARK_VNNI_ATTR HWY_INLINE void DpbusdBcast(__m512i& acc, __m512i w, const int3
   __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
 }
 
+// The float outputs f[j] += h · da of a kernel's kM activation rows (f_io: [kM][16]): in registers
+// up to kPackedRowChunk rows, past that in f_io (the registers go to the rows' integer and scale
+// accumulators: one load and store per super-block and row). The same operations in the same
+// order either way, so a row's result does not depend on the chunk it is in.
+template <int kM>
+struct KernelOutputs {
+  static constexpr bool kInRegs = kM <= kPackedRowChunk;
+  float* f_io;
+  __m512 f[kInRegs ? kM : 1];
+  DSPARK_VNNI_ATTR HWY_INLINE explicit KernelOutputs(float* io) : f_io(io) {
+    if constexpr (kInRegs)
+      for (int j = 0; j < kM; ++j) f[j] = _mm512_load_ps(f_io + 16 * j);
+  }
+  DSPARK_VNNI_ATTR HWY_INLINE void Add(int j, __m512 h, float da) {
+    if constexpr (kInRegs) {
+      f[j] = _mm512_fmadd_ps(h, _mm512_set1_ps(da), f[j]);
+    } else {
+      _mm512_store_ps(f_io + 16 * j, _mm512_fmadd_ps(h, _mm512_set1_ps(da), _mm512_load_ps(f_io + 16 * j)));
+    }
+  }
+  DSPARK_VNNI_ATTR HWY_INLINE void Store() {
+    if constexpr (kInRegs)
+      for (int j = 0; j < kM; ++j) _mm512_store_ps(f_io + 16 * j, f[j]);
+  }
+};
+
 // PackedActs::inter from PackedActs::q.
 inline void InterleaveChunks(const PackedActs& pa, int64_t chunk, int32_t* inter) {
   const int64_t words = pa.cols / 4;

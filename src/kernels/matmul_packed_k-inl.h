@@ -74,9 +74,9 @@ struct PackedQ4_K {
   static constexpr int kSub = 32;
   static constexpr bool kKQuant = true;
   static constexpr bool kInterleavedActs = true;  // reads ActRows::A
-  // Rows per pass: past 8 the float outputs f stay in memory (one load and store per super-block
-  // and row, against ~80 instructions of sub-block work), so a 9-row verification block (n-max 8)
-  // and prefill unpack each weight tile once per 12 rows instead of once per 8.
+  // Rows per pass: past 8 the float outputs stay in memory (KernelOutputs: one load and store per
+  // super-block and row, against ~80 instructions of sub-block work), so a 9-row verification
+  // block (n-max 8) unpacks each weight tile once.
   static constexpr int64_t kMaxChunkRows = 12;
   // 4 super-blocks of 16 rows = 9.25 KiB.
   static constexpr int64_t kTileUnits = 4;
@@ -142,16 +142,11 @@ struct PackedQ4_K {
                                            int64_t u0, int64_t u1, const PackedActs& pa, int64_t j0,
                                            float* HWY_RESTRICT f_io) {
     constexpr bool kSplit = kM <= 2;
-    // Up to 8 rows the outputs live in registers; past that in f_io (see kMaxChunkRows). The same
-    // operations in the same order either way, so a row's result does not depend on its chunk.
-    constexpr bool kFInRegs = kM <= 8;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const ActRows<kM> rows(pa, j0);
     const auto& da = rows.da;
     const auto& qpair = rows.corr;
-    __m512 f[kFInRegs ? kM : 1];
-    if constexpr (kFInRegs)
-      for (int j = 0; j < kM; ++j) f[j] = _mm512_load_ps(f_io + 16 * j);
+    KernelOutputs<kM> f(f_io);
     for (int64_t u = u0; u < u1; ++u) {
       const uint8_t* sb = group + g.header_bytes + u * kUnitBytes;
       __m512 gs[kM];
@@ -206,17 +201,10 @@ struct PackedQ4_K {
       const auto* dh = reinterpret_cast<const __m256i*>(sb);
       const __m512 d = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(dh));
       const __m512 dmin = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(dh + 1));
-      for (int j = 0; j < kM; ++j) {
-        const __m512 h = _mm512_fnmadd_ps(CvtI32(mins[j]), dmin, _mm512_mul_ps(gs[j], d));
-        if constexpr (kFInRegs) {
-          f[j] = _mm512_fmadd_ps(h, _mm512_set1_ps(da[j][8 * u]), f[j]);
-        } else {
-          _mm512_store_ps(f_io + 16 * j, _mm512_fmadd_ps(h, _mm512_set1_ps(da[j][8 * u]), _mm512_load_ps(f_io + 16 * j)));
-        }
-      }
+      for (int j = 0; j < kM; ++j)
+        f.Add(j, _mm512_fnmadd_ps(CvtI32(mins[j]), dmin, _mm512_mul_ps(gs[j], d)), da[j][8 * u]);
     }
-    if constexpr (kFInRegs)
-      for (int j = 0; j < kM; ++j) _mm512_store_ps(f_io + 16 * j, f[j]);
+    f.Store();
   }
 };
 
@@ -297,10 +285,7 @@ struct PackedQ6_K {
     const ActRows<kM> rows(pa, j0);
     const auto& da = rows.da;
     const auto& corr = rows.corr;
-    constexpr bool kFInRegs = kM <= 8;  // as PackedQ4_K::Kernel
-    __m512 f[kFInRegs ? kM : 1];
-    if constexpr (kFInRegs)
-      for (int j = 0; j < kM; ++j) f[j] = _mm512_load_ps(f_io + 16 * j);
+    KernelOutputs<kM> f(f_io);
     for (int64_t u = u0; u < u1; ++u) {
       const uint8_t* sb = group + g.header_bytes + u * kUnitBytes;
       __m512 gs[kM];
@@ -331,17 +316,9 @@ struct PackedQ6_K {
         }
       }
       const __m512 d = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(dh + u));
-      for (int j = 0; j < kM; ++j) {
-        const __m512 h = _mm512_mul_ps(gs[j], d);
-        if constexpr (kFInRegs) {
-          f[j] = _mm512_fmadd_ps(h, _mm512_set1_ps(da[j][16 * u]), f[j]);
-        } else {
-          _mm512_store_ps(f_io + 16 * j, _mm512_fmadd_ps(h, _mm512_set1_ps(da[j][16 * u]), _mm512_load_ps(f_io + 16 * j)));
-        }
-      }
+      for (int j = 0; j < kM; ++j) f.Add(j, _mm512_mul_ps(gs[j], d), da[j][16 * u]);
     }
-    if constexpr (kFInRegs)
-      for (int j = 0; j < kM; ++j) _mm512_store_ps(f_io + 16 * j, f[j]);
+    f.Store();
   }
 };
 
