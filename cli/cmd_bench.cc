@@ -32,6 +32,7 @@ struct BenchFlags {
   bool json = false;
   bool no_repack = false;
   DType cache_type = DType::kF16;
+  bool profile = false;
 };
 
 struct Summary {
@@ -77,10 +78,15 @@ int RunPlainBench(const BenchFlags& f) {
   const int n_ctx = f.n_prefill + f.n_decode + 64;
   KvCache cache(c, 1, n_ctx, f.cache_type);
   auto token = [&](int i) { return static_cast<int32_t>((i * 7919 + 13) % c.n_vocab); };
-  auto run = [&](int n_rows, int start, bool all_logits) -> Status {
+  // --profile: time by phase of the decode passes and of each verify-k pass (ForwardProfile).
+  ForwardProfile decode_profile;
+  std::map<int, ForwardProfile> verify_profile;
+  auto run = [&](int n_rows, int start, bool all_logits, ForwardProfile* profile = nullptr) -> Status {
     Batch b;
     for (int i = 0; i < n_rows; ++i) b.Add(token(start + i), start + i, 0, all_logits || i == n_rows - 1);
-    return model.Forward(b, cache, pool).status();
+    ForwardOptions options;
+    if (f.profile) options.profile = profile;
+    return model.Forward(b, cache, pool, options).status();
   };
 
   std::string weights;
@@ -112,7 +118,7 @@ int RunPlainBench(const BenchFlags& f) {
 
     t0 = NowMs();
     for (int i = 0; i < f.n_decode; ++i)
-      if (!(s = run(1, f.n_prefill + i, true)).ok()) return Fail(s);
+      if (!(s = run(1, f.n_prefill + i, true, &decode_profile)).ok()) return Fail(s);
     decode.push_back(f.n_decode * 1000.0 / (NowMs() - t0));
 
     // Verify-k: k rows with logits for each, on top of the prompt, then roll back; the mean of
@@ -122,7 +128,7 @@ int RunPlainBench(const BenchFlags& f) {
       const int base = cache.Length(0);
       t0 = NowMs();
       for (int i = 0; i < kVerifyRuns; ++i) {
-        if (!(s = run(k, base, true)).ok()) return Fail(s);
+        if (!(s = run(k, base, true, &verify_profile[k])).ok()) return Fail(s);
         (void)cache.Truncate(0, base);
       }
       verify[k].push_back((NowMs() - t0) / kVerifyRuns);
@@ -153,6 +159,17 @@ int RunPlainBench(const BenchFlags& f) {
   nlohmann::json vj = nlohmann::json::object();
   for (int k : ks) vj[std::to_string(k)] = Summarise(verify[k]).median;
   j["verify_ms"] = vj;
+  // Per pass, in microseconds: decode (one row at the decode depths) and every verify k.
+  const auto phase_us = [](const ForwardProfile& p) {
+    nlohmann::json pj = nlohmann::json::object();
+    for (int ph = 0; ph < ForwardProfile::kNumPhases; ++ph)
+      pj[ForwardProfile::Name(ph)] = p.passes > 0 ? 1000.0 * p.ms[ph] / p.passes : 0.0;
+    return pj;
+  };
+  if (f.profile) {
+    j["profile_us"]["decode"] = phase_us(decode_profile);
+    for (int k : ks) j["profile_us"]["verify_" + std::to_string(k)] = phase_us(verify_profile[k]);
+  }
   if (f.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -165,6 +182,23 @@ int RunPlainBench(const BenchFlags& f) {
   for (int k : ks) {
     const double ms = Summarise(verify[k]).median;
     std::printf("verify k=%-2d: %8.2f ms  (%.2fx one position)\n", k, ms, ms / one);
+  }
+  if (f.profile) {
+    // Microseconds per pass by phase; the last column is what each verification row adds.
+    const int cols[] = {1, 2, 4, 8, 9, 16};
+    std::printf("\nper pass, us   %9s", "decode");
+    for (int k : cols) std::printf(" %8s", fmt::format("k={}", k).c_str());
+    std::printf(" %12s\n", "+row (1->9)");
+    const auto us = [](const ForwardProfile& p, int ph) {
+      if (p.passes == 0) return 0.0;
+      return 1000.0 * (ph < 0 ? p.TotalMs() : p.ms[ph]) / p.passes;
+    };
+    for (int ph = 0; ph <= ForwardProfile::kNumPhases; ++ph) {
+      const int phase = ph < ForwardProfile::kNumPhases ? ph : -1;  // the last line: the total
+      std::printf("%-14s %9.1f", phase < 0 ? "total" : ForwardProfile::Name(phase), us(decode_profile, phase));
+      for (int k : cols) std::printf(" %8.1f", us(verify_profile[k], phase));
+      std::printf(" %12.1f\n", (us(verify_profile[9], phase) - us(verify_profile[1], phase)) / 8);
+    }
   }
   return 0;
 }
@@ -184,6 +218,8 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--prefill", f->n_prefill, "Prefill length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub->add_option("--decode", f->n_decode, "Decode length")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub->add_flag("--json", f->json, "Print one JSON object (--plain)");
+  sub->add_flag("--profile", f->profile,
+                "With --plain: time by phase (matmuls, attention, ...) of decode and verify-k passes");
   sub->add_flag("--no-repack", f->no_repack, kNoRepackHelp);
   sub->add_option("--cache-type,--ctk", f->cache_type, kCacheTypeHelp)
       ->transform(CLI::CheckedTransformer(kCacheTypes, CLI::ignore_case))

@@ -30,10 +30,35 @@ struct Batch {
   }
 };
 
+// Wall time of forward passes by phase, summed over layers and passes (ForwardOptions::profile):
+// where a pass of k rows spends its time, and what each extra verification row adds.
+struct ForwardProfile {
+  enum Phase {
+    kSetup,      // validation, embedding lookup, rope angles, attention plan
+    kNorm,       // the two RMS norms of each layer
+    kQkv,        // q/k/v projections
+    kRope,       // q/k norm, rope and the KV-cache write
+    kAttention,  // scores, softmax and values
+    kAttnOut,    // output projection and residual add
+    kGateUp,     // gate/up projections
+    kSwiglu,     // silu(gate) * up
+    kDown,       // down projection and residual add
+    kHead,       // final norm and LM head
+    kNumPhases
+  };
+  static const char* Name(int phase);
+  double ms[kNumPhases] = {};
+  int64_t passes = 0;
+  double TotalMs() const;
+};
+
 struct ForwardOptions {
   // Layers whose input residual stream (the hidden state entering the layer) is returned for every
   // row; a value of n_layer taps the output of the last layer before the final norm.
   std::vector<int> tap_layers;
+  // When set, the pass adds its time per phase here (a clock read per phase and layer; nothing
+  // when null).
+  ForwardProfile* profile = nullptr;
 };
 
 struct ForwardOutput {

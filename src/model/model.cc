@@ -2,6 +2,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -175,10 +176,41 @@ std::vector<AttentionUnit> PlanAttention(const Batch& batch, const std::vector<s
   return units;
 }
 
+// Charges the time since the previous mark to a phase of a ForwardProfile (no-op without one).
+class PhaseClock {
+ public:
+  explicit PhaseClock(ForwardProfile* profile) : profile_(profile) {
+    if (profile_ != nullptr) last_ = std::chrono::steady_clock::now();
+  }
+  void Mark(ForwardProfile::Phase phase) {
+    if (profile_ == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
+    profile_->ms[phase] += std::chrono::duration<double, std::milli>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  ForwardProfile* profile_;
+  std::chrono::steady_clock::time_point last_;
+};
+
 }  // namespace
+
+const char* ForwardProfile::Name(int phase) {
+  static const char* const kNames[kNumPhases] = {"setup", "norm", "qkv", "rope+kv", "attention",
+                                                 "attn out", "gate/up", "swiglu", "down", "head"};
+  return phase >= 0 && phase < kNumPhases ? kNames[phase] : "?";
+}
+
+double ForwardProfile::TotalMs() const {
+  double t = 0;
+  for (double v : ms) t += v;
+  return t;
+}
 
 Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadPool& pool,
                                      const ForwardOptions& options) {
+  PhaseClock clock(options.profile);
   DSPARK_TRY(ValidateBatch(batch, cache));
   const ModelConfig& c = config_;
   const int n = batch.size();
@@ -229,6 +261,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
   const int group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const std::vector<AttentionUnit> units = PlanAttention(batch, visible, prefix, group);
+  clock.Mark(ForwardProfile::kSetup);
 
   for (int il = 0; il < c.n_layer; ++il) {
     const LayerWeights& L = weights_.layers[il];
@@ -236,6 +269,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
 
     // Attention block.
     RmsNormRows(s.x.data(), L.attn_norm, c.rms_eps, n, d, s.h.data(), pool);
+    clock.Mark(ForwardProfile::kNorm);
     if (L.wqkv.rows > 0) {
       ops::MatMul(L.wqkv, s.h.data(), n, s.fused.data(), pool);
       ops::SplitColumns(s.fused.data(), n, {{c.q_dim(), s.q.data()}, {c.kv_dim(), s.k.data()}, {c.v_dim(), s.v.data()}});
@@ -247,6 +281,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     AddBias(L.bq, n, s.q.data());
     AddBias(L.bk, n, s.k.data());
     AddBias(L.bv, n, s.v.data());
+    clock.Mark(ForwardProfile::kQkv);
     // At least 16 rows per range: a verification block stays on one thread. Split over two threads
     // (grain 1), a 5-row block's q/k norm, rope and KV write went from 25 to 52 us over the bundled
     // target's 8 layers (AMD Zen 5 VM, session 11): neighbouring cells share the cache lines of a
@@ -268,6 +303,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
         cache.Write(il, seq, cell[i], k, s.v.data() + i * c.v_dim());
       }
     });
+    clock.Mark(ForwardProfile::kRope);
 
     // One task per (K/V head, unit): the group's query heads are contiguous in q and in att. Tasks
     // run head-major so consecutive units of a sequence reuse one head's K/V (contiguous in the
@@ -287,13 +323,17 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
                          static_cast<size_t>(kvh) * group * c.head_dim_v,
                      static_cast<int64_t>(c.n_head) * c.head_dim_v);
     });
+    clock.Mark(ForwardProfile::kAttention);
     ops::MatMul(L.wo, s.att.data(), n, s.tmp.data(), pool);
     ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());
+    clock.Mark(ForwardProfile::kAttnOut);
 
     // Feed-forward block (SwiGLU).
     RmsNormRows(s.x.data(), L.ffn_norm, c.rms_eps, n, d, s.h.data(), pool);
+    clock.Mark(ForwardProfile::kNorm);
     if (L.w_gate_up.rows > 0) {
       ops::MatMul(L.w_gate_up, s.h.data(), n, s.fused.data(), pool);
+      clock.Mark(ForwardProfile::kGateUp);
       // Rows over the threads (one row runs inline): serially, each extra verification row cost
       // the bundled target ~6 us over its 8 layers, on 2 threads ~4.
       pool.ParallelRange(n, 1, [&](int64_t b, int64_t e, int) {
@@ -305,10 +345,13 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     } else {
       ops::MatMul(L.w_gate, s.h.data(), n, s.gate.data(), pool);
       ops::MatMul(L.w_up, s.h.data(), n, s.up.data(), pool);
+      clock.Mark(ForwardProfile::kGateUp);
       ops::SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * c.n_ff, s.gate.data());
     }
+    clock.Mark(ForwardProfile::kSwiglu);
     ops::MatMul(L.w_down, s.gate.data(), n, s.tmp.data(), pool);
     ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());
+    clock.Mark(ForwardProfile::kDown);
   }
   tap(c.n_layer);
 
@@ -322,6 +365,8 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     out.logits.resize(static_cast<size_t>(n_out) * c.n_vocab);
     ops::MatMul(weights_.output, s.h.data(), n_out, out.logits.data(), pool);
   }
+  clock.Mark(ForwardProfile::kHead);
+  if (options.profile != nullptr) ++options.profile->passes;
   for (int seq = 0; seq < cache.n_seq(); ++seq)
     if (added[seq] > 0) cache.Advance(seq, added[seq]);
   return out;
