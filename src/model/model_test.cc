@@ -2,7 +2,9 @@
 // tiny random-weight GGUF files, plus batching, KV rollback, masks, taps and load errors.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -326,6 +328,37 @@ TEST_F(TinyQwen3, TapsReturnResidualStreams) {
   ops::DequantizeRow(e.type, static_cast<const uint8_t*>(e.data) + RowBytes(e.type, e.cols) * 18, embd.data(), c.n_embd);
   for (int i = 0; i < c.n_embd; ++i) ASSERT_EQ(o->taps[0][c.n_embd + i], embd[i]);
   EXPECT_NE(o->taps[1], o->taps[0]);
+}
+
+// ForwardOptions::profile only measures: the logits are the same bitwise, each pass counts once,
+// and the phases add up to no more than the passes' wall time (the projections always take some).
+TEST_F(TinyQwen3, ProfileTimesPhasesWithoutChangingResults) {
+  const ModelConfig& c = model_->config();
+  const std::vector<int32_t> toks = {7, 8, 9, 10, 11};
+  KvCache plain_cache(c, 1, 64), profiled_cache(c, 1, 64);
+  const auto want = RunAll(plain_cache, 0, toks, 0);
+  Batch b;
+  for (size_t i = 0; i < toks.size(); ++i) b.Add(toks[i], static_cast<int>(i), 0, true);
+  ForwardProfile profile;
+  ForwardOptions opt;
+  opt.profile = &profile;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto o = model_->Forward(b, profiled_cache, pool_, opt);
+  Batch next;
+  next.Add(12, static_cast<int>(toks.size()), 0, true);
+  auto o2 = model_->Forward(next, profiled_cache, pool_, opt);  // passes accumulate
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(o.ok());
+  ASSERT_TRUE(o2.ok());
+  ASSERT_EQ(o->logits.size(), want.size());
+  EXPECT_EQ(0, std::memcmp(o->logits.data(), want.data(), want.size() * sizeof(float)));
+  EXPECT_EQ(profile.passes, 2);
+  for (int ph = 0; ph < ForwardProfile::kNumPhases; ++ph) EXPECT_GE(profile.ms[ph], 0.0) << ForwardProfile::Name(ph);
+  EXPECT_GT(profile.ms[ForwardProfile::kQkv], 0.0);
+  EXPECT_GT(profile.ms[ForwardProfile::kGateUp], 0.0);
+  EXPECT_GT(profile.ms[ForwardProfile::kHead], 0.0);
+  EXPECT_LE(profile.TotalMs(), wall_ms);
+  EXPECT_STREQ(ForwardProfile::Name(ForwardProfile::kAttention), "attention");
 }
 
 TEST_F(TinyQwen3, ContextFullIsAClearErrorAndLeavesCacheIntact) {
