@@ -42,7 +42,18 @@ namespace dspark {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// x[0, n) rounded to bf16 (nearest even, NaN kept quiet: util F32ToBF16) into bits[0, n_pad), zeros past n.
+// The bf16 bits (low half of each lane) of the f32 values whose bits are u: round to nearest
+// even, NaN kept and made quiet, as util F32ToBF16.
+template <class DU>
+HWY_INLINE hn::Vec<DU> Bf16Bits(DU du, hn::Vec<DU> u) {
+  const hn::RebindToSigned<DU> di;
+  const auto top = hn::ShiftRight<16>(u);
+  const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), hn::And(top, hn::Set(du, 1u)))));
+  const auto is_nan = hn::Gt(hn::BitCast(di, hn::And(u, hn::Set(du, 0x7fffffffu))), hn::Set(di, 0x7f800000));
+  return hn::IfThenElse(hn::RebindMask(du, is_nan), hn::Or(top, hn::Set(du, 64u)), rounded);
+}
+
+// x[0, n) rounded to bf16 into bits[0, n_pad), zeros past n: the operand of vdpbf16ps.
 inline void RoundRowToBf16(const float* HWY_RESTRICT x, int64_t n, int64_t n_pad, uint16_t* HWY_RESTRICT bits) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
@@ -50,16 +61,30 @@ inline void RoundRowToBf16(const float* HWY_RESTRICT x, int64_t n, int64_t n_pad
   const hn::Rebind<uint16_t, decltype(di)> du16;
   const int64_t N = hn::Lanes(df);
   int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto u = hn::BitCast(du, hn::LoadU(df, x + i));
-    const auto top = hn::ShiftRight<16>(u);
-    const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), hn::And(top, hn::Set(du, 1u)))));
-    const auto is_nan = hn::Gt(hn::BitCast(di, hn::And(u, hn::Set(du, 0x7fffffffu))), hn::Set(di, 0x7f800000));
-    const auto r = hn::IfThenElse(hn::RebindMask(du, is_nan), hn::Or(top, hn::Set(du, 64u)), rounded);
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, r)), du16, bits + i);
-  }
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, Bf16Bits(du, hn::BitCast(du, hn::LoadU(df, x + i))))), du16, bits + i);
   for (; i < n; ++i) bits[i] = F32ToBF16(x[i]);
   for (; i < n_pad; ++i) bits[i] = 0;
+}
+
+// The m rows x[j][0, cols) rounded to bf16 and widened back to f32, as rows of cols_pad (zeros
+// past cols) in out: the operand of the FMA paths.
+inline const float* RoundRowsToBf16Floats(const float* HWY_RESTRICT x, int64_t m, int64_t cols, int64_t cols_pad,
+                                          std::vector<float>& out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const int64_t N = hn::Lanes(df);
+  out.resize(static_cast<size_t>(m * cols_pad));
+  for (int64_t j = 0; j < m; ++j) {
+    const float* xj = x + j * cols;
+    float* oj = out.data() + j * cols_pad;
+    int64_t i = 0;
+    for (; i + N <= cols; i += N)
+      hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(Bf16Bits(du, hn::BitCast(du, hn::LoadU(df, xj + i))))), df, oj + i);
+    for (; i < cols; ++i) oj[i] = BF16ToF32(F32ToBF16(xj[i]));
+    for (; i < cols_pad; ++i) oj[i] = 0.f;
+  }
+  return out.data();
 }
 
 // ---- Targets without vdpbf16ps: f32 FMAs over the split pair lanes ----
@@ -183,14 +208,14 @@ inline void MatMulBf16Packed(const uint32_t* packed, int64_t rows, int64_t cols,
   const int64_t pairs = (cols + 1) / 2, cols_pad = 2 * pairs;
   const int64_t groups = (rows + kFloatGroupRows - 1) / kFloatGroupRows;
   const int64_t chunk = PackedRowChunk(m, kMaxM);
-  // The rounded rows: bf16 bits [m][cols_pad] (zero-padded), then per path the tiles' operand.
-  thread_local std::vector<uint16_t> bits;
-  bits.resize(static_cast<size_t>(m * cols_pad));
-  for (int64_t j = 0; j < m; ++j) RoundRowToBf16(x + j * cols, cols, cols_pad, bits.data() + j * cols_pad);
 #ifdef DSPARK_HAVE_BF16_DOT
   if (UseBf16Dot()) {
-    // A row's pairs are its bf16 bits read as uint32 (little-endian: column 2p in the low half).
+    // The rounded rows as bf16 bits [m][cols_pad] (zero-padded); a row's pairs are its bits read
+    // as uint32 (little-endian: column 2p in the low half).
+    thread_local std::vector<uint16_t> bits;
     thread_local std::vector<uint32_t> rows_u32, xi_buf;
+    bits.resize(static_cast<size_t>(m * cols_pad));
+    for (int64_t j = 0; j < m; ++j) RoundRowToBf16(x + j * cols, cols, cols_pad, bits.data() + j * cols_pad);
     rows_u32.resize(static_cast<size_t>(m * pairs));
     std::memcpy(rows_u32.data(), bits.data(), rows_u32.size() * sizeof(uint32_t));
     const uint32_t* xi = m == 1 ? rows_u32.data() : InterleaveRowChunks(rows_u32.data(), m, pairs, chunk, xi_buf);
@@ -203,8 +228,7 @@ inline void MatMulBf16Packed(const uint32_t* packed, int64_t rows, int64_t cols,
   }
 #endif
   thread_local std::vector<float> rounded, xi_buf;
-  rounded.resize(static_cast<size_t>(m * cols_pad));
-  for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = BF16ToF32(bits[i]);
+  RoundRowsToBf16Floats(x, m, cols, cols_pad, rounded);
   const float* xr = m == 1 ? rounded.data() : InterleaveRowChunks(rounded.data(), m, cols_pad, chunk, xi_buf);
   ForPackedGroupBlocks(groups, m, chunk, pool, [&](int64_t gb, int64_t ge, int64_t j0, int mt) {
     WithRowChunk<kMaxM>(mt, [&](auto rows_tag) {
@@ -216,12 +240,8 @@ inline void MatMulBf16Packed(const uint32_t* packed, int64_t rows, int64_t cols,
 inline void MatMulBf16Impl(const ops::WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
   if (w.packed) return MatMulBf16Packed(static_cast<const uint32_t*>(w.packed), w.rows, w.cols, x, m, y, pool);
   // Row layout (--no-repack): the FMA loops of the float kernel over the bf16-rounded rows.
-  thread_local std::vector<uint16_t> bits;
   thread_local std::vector<float> rounded;
-  bits.resize(static_cast<size_t>(m * w.cols));
-  rounded.resize(bits.size());
-  for (int64_t j = 0; j < m; ++j) RoundRowToBf16(x + j * w.cols, w.cols, w.cols, bits.data() + j * w.cols);
-  for (size_t i = 0; i < bits.size(); ++i) rounded[i] = BF16ToF32(bits[i]);
+  RoundRowsToBf16Floats(x, m, w.cols, w.cols, rounded);
   MatMulFloatTyped(static_cast<const hwy::bfloat16_t*>(w.data), w.rows, w.cols, rounded.data(), m, y, pool);
 }
 
