@@ -152,12 +152,25 @@ void BM_ReadStream(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kColdBytes);
 }
 
+// One fork-join of the pool with `threads` tasks that do almost nothing: the hand-off cost every
+// parallel phase of a forward pass pays (a decode step of the bundled target has ~45 of them).
+void BM_ForkJoin(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  ThreadPool& pool = Pool(threads);
+  std::vector<int64_t> touched(threads * 16);
+  for (auto _ : state) {
+    pool.ParallelFor(threads, [&](int64_t t, int) { touched[t * 16] += t; });
+    benchmark::DoNotOptimize(touched.data());
+  }
+}
+
 struct Shape {
   const char* name;
   int64_t rows, cols;  // rows = out features, cols = in features
 };
 
 void RegisterAll() {
+  benchmark::RegisterBenchmark("ForkJoin", BM_ForkJoin)->Arg(2)->UseRealTime();
   benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Arg(1)->Arg(2)->UseRealTime();
   benchmark::RegisterBenchmark("ReadStream", BM_ReadStream)->Arg(1)->Arg(2)->UseRealTime();
   // Qwen3-0.6B: n_embd 1024, n_ff 3072 (q/o 1024x1024 per head group); Qwen3-1.7B: 2048 x 6144, and

@@ -334,9 +334,12 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     if (L.w_gate_up.rows > 0) {
       ops::MatMul(L.w_gate_up, s.h.data(), n, s.fused.data(), pool);
       clock.Mark(ForwardProfile::kGateUp);
-      // Rows over the threads (one row runs inline): serially, each extra verification row cost
-      // the bundled target ~6 us over its 8 layers, on 2 threads ~4.
-      pool.ParallelRange(n, 1, [&](int64_t b, int64_t e, int) {
+      // Up to 16 rows (decode, verification blocks) on the calling thread, as the q/k norm and
+      // rope phase: split over two threads, a 2-row block's SwiGLU cost 17.7 us over the bundled
+      // target's 8 layers against 9-11 inline, a 4-row block 27 against 16.5, a 9-row block
+      // 37-48 against 34-37 (BF16 copy, `bench --plain --profile`, depth ~200, AMD Zen 5 VM): the
+      // hand-off and reading the other core's half of the gate/up output cost more than the work.
+      pool.ParallelRange(n, 16, [&](int64_t b, int64_t e, int) {
         for (int64_t i = b; i < e; ++i) {
           const float* gu = s.fused.data() + static_cast<size_t>(i) * 2 * c.n_ff;
           ops::SiluMul(gu, gu + c.n_ff, c.n_ff, s.gate.data() + static_cast<size_t>(i) * c.n_ff);

@@ -59,7 +59,11 @@ void ThreadPool::WorkerLoop(int thread_idx) {
     }
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      // Counted before the predicate's check: either ParallelFor sees a sleeper and notifies, or
+      // this check sees its new generation (both sides are sequentially consistent).
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      cv_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
@@ -79,11 +83,13 @@ void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t
   fn_ = &fn;
   done_tasks_.store(0, std::memory_order_relaxed);
   num_tasks_.store(num_tasks, std::memory_order_release);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    generation_.store(gen, std::memory_order_release);
+  // Workers spinning between the loops of a pass see the new generation without a lock or a
+  // futex call; only sleeping ones need the condition variable.
+  generation_.store(gen, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(mu_); }
+    cv_.notify_all();
   }
-  cv_.notify_all();
   RunTasks(gen, 0);
   // Spin briefly for tasks still running on workers, then yield so an oversubscribed machine
   // can schedule them.
