@@ -76,6 +76,7 @@ int RunPlainBench(const BenchFlags& f) {
   const ModelConfig& c = model.config();
   ThreadPool pool(ThreadCount(f.threads));
   const int n_ctx = f.n_prefill + f.n_decode + 64;
+  if (Status ok = KvCache::Supports(c, f.cache_type); !ok.ok()) return Fail(ok);
   KvCache cache(c, 1, n_ctx, f.cache_type);
   auto token = [&](int i) { return static_cast<int32_t>((i * 7919 + 13) % c.n_vocab); };
   // --profile: time by phase of the decode passes and of each verify-k pass (ForwardProfile).
@@ -144,7 +145,7 @@ int RunPlainBench(const BenchFlags& f) {
   j["row_layout_copied_bytes"] = model.CopiedBytes();
   j["weights_on_huge_pages"] = model.WeightsOnHugePages();
   if (has_bf16) j["bf16_kernel"] = ops::Bf16MatMulKernel();
-  j["cache_type"] = f.cache_type == DType::kF16 ? "f16" : "f32";
+  j["cache_type"] = DTypeName(f.cache_type);
   j["prefill_tokens"] = f.n_prefill;
   j["prefill_tok_s"] = pf.median;
   j["prefill_tok_s_min"] = pf.min;
@@ -248,6 +249,7 @@ Runner RegisterBench(CLI::App& app) {
       sf->drafter.repack = !f->no_repack;
       sf->threads = f->threads;
       sf->reps = f->reps;
+      sf->cache_type = f->cache_type;
       return RunSpecBench(*sf);
     }
     if (!f->plain) return Fail(InvalidArgument("bench: choose a mode (--plain, --spec or --serve)"));

@@ -23,6 +23,7 @@ struct SpecBenchFlags {
   int max_prompts = 20;
   int threads = 0;
   int ctx_size = 0;
+  DType cache_type = DType::kF16;  // the target's KV cache
   std::string out = "bench-spec";  // writes OUT.json, OUT.csv, OUT.svg
 };
 

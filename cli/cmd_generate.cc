@@ -25,6 +25,7 @@ struct GenerateFlags {
   uint64_t seed = 0;
   int threads = 0;
   int ctx_size = 0;
+  DType cache_type = DType::kF16;
   std::vector<std::string> stop;
   bool json = false;
   bool parse_special = false;
@@ -82,7 +83,8 @@ int RunGenerate(GenerateFlags f) {
   opt.ignore_eos = f.ignore_eos;
   if (Status s = ValidateSamplingParams(opt.sampling); !s.ok()) return Fail(s);
 
-  SpeculativeEngine plain(model, tok, pool, n_ctx);
+  if (Status ok = KvCache::Supports(model.config(), f.cache_type); !ok.ok()) return Fail(ok);
+  SpeculativeEngine plain(model, tok, pool, n_ctx, nullptr, {}, 512, f.cache_type);
   const bool speculative = f.drafter.type != "none";
   std::optional<GenerateResult> plain_result;
   if (f.compare || f.drafter.type == "synthetic") {
@@ -105,7 +107,7 @@ int RunGenerate(GenerateFlags f) {
     f.schedule.mode = ScheduleMode::kCost;
     f.schedule.adaptive = true;  // the engine profiles the verify cost model for adaptive schedules
   }
-  SpeculativeEngine engine(model, tok, pool, n_ctx, drafter->get(), f.schedule);
+  SpeculativeEngine engine(model, tok, pool, n_ctx, drafter->get(), f.schedule, 512, f.cache_type);
 
   auto result = engine.Generate(f.prompt, opt, [&](int32_t, std::string_view text, TokenSource) {
     if (!f.json && !text.empty()) {
@@ -165,6 +167,8 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
   AddDrafterFlags(sub, &f->drafter, "none | draft-simple | draft-dspark | draft-dflash | ngram | synthetic", /*synthetic=*/true);
   sub->add_option("-c,--ctx-size", f->ctx_size, "Context size (default: min(train context, 4096))");
+  sub->add_option("--cache-type,--ctk", f->cache_type, kCacheTypeHelp)
+      ->transform(CLI::CheckedTransformer(kCacheTypes, CLI::ignore_case));
   sub->add_option("--stop", f->stop, "Stop string (repeatable)");
   sub->add_flag("--json", f->json, "Print one JSON object with text, ids and stats");
   sub->add_flag("--no-repack", f->no_repack, kNoRepackHelp);

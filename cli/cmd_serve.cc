@@ -63,6 +63,7 @@ int RunServe(ServeFlags f) {
   bo.n_ctx = n_ctx;
   bo.prefill_chunk = f.prefill_chunk;
   bo.kv_type = f.cache_type;
+  if (Status ok = KvCache::Supports(model.config(), f.cache_type); !ok.ok()) return Fail(ok);
   bo.schedule = f.schedule;
   BatchEngine engine(model, tok, pool, bo, drafter->get());
   if (bo.schedule.adaptive && *drafter != nullptr) {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kernels/elementwise-inl.h"  // SoftmaxWithExtra
@@ -37,11 +38,6 @@ inline constexpr int kKeyPrefetch = 4;
 // Query heads from which the score pass prefetches the values (AttentionT).
 inline constexpr int kPrefetchValuesHeads = 6;
 
-template <typename T>
-HWY_INLINE void PrefetchRow(const T* p, int n) {
-  for (int i = 0; i < n; i += static_cast<int>(64 / sizeof(T))) __builtin_prefetch(p + i);
-}
-
 // K/V elements (float or IEEE half) as float vectors.
 template <class D>
 HWY_INLINE hn::Vec<D> LoadKv(D d, const float* p) { return hn::LoadU(d, p); }
@@ -56,6 +52,110 @@ HWY_INLINE float KvToFloat(hwy::float16_t x) {
   return F16ToF32(bits);
 }
 
+// Q8_0 K/V (ops::kAttentionQ8Block layouts) are passed as int8_t pointers to their bytes.
+// 16 int8 as float vector lanes (the lanes of D; D has at most 16 float lanes).
+template <class D>
+HWY_INLINE hn::Vec<D> LoadQ8(D d, const int8_t* p) {
+  const hn::Rebind<int32_t, D> di;
+  return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, D>(), p)));
+}
+
+// Bytes of one value row of v_stride elements.
+template <typename T>
+constexpr int64_t ValueRowBytes(int64_t v_stride) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    return v_stride / ops::kAttentionQ8Block * ops::kAttentionQ8ValueBlockBytes;
+  } else {
+    return v_stride * static_cast<int64_t>(sizeof(T));
+  }
+}
+
+// Address of element `col` of value row t (for Q8_0: its block's scale, the block holds col).
+template <typename T>
+HWY_INLINE const uint8_t* ValueAddress(const T* v, int64_t v_stride, int64_t t, int64_t col) {
+  const auto* base = reinterpret_cast<const uint8_t*>(v) + t * ValueRowBytes<T>(v_stride);
+  if constexpr (std::is_same_v<T, int8_t>) {
+    return base + col / ops::kAttentionQ8Block * ops::kAttentionQ8ValueBlockBytes;
+  } else {
+    return base + col * static_cast<int64_t>(sizeof(T));
+  }
+}
+
+// Value row t, columns [col, col + lanes) as floats (a vector never straddles a Q8_0 block: 32
+// is a multiple of the lanes).
+template <class D, typename T>
+HWY_INLINE hn::Vec<D> LoadValue(D d, const T* v, int64_t v_stride, int64_t t, int64_t col) {
+  const uint8_t* a = ValueAddress(v, v_stride, t, col);
+  if constexpr (std::is_same_v<T, int8_t>) {
+    float scale;
+    std::memcpy(&scale, a, sizeof(float));
+    return hn::Mul(LoadQ8(d, reinterpret_cast<const int8_t*>(a + sizeof(float)) + col % ops::kAttentionQ8Block),
+                   hn::Set(d, scale));
+  } else {
+    return LoadKv(d, reinterpret_cast<const T*>(a));
+  }
+}
+template <typename T>
+HWY_INLINE float ValueElement(const T* v, int64_t v_stride, int64_t t, int64_t col) {
+  const uint8_t* a = ValueAddress(v, v_stride, t, col);
+  if constexpr (std::is_same_v<T, int8_t>) {
+    float scale;
+    std::memcpy(&scale, a, sizeof(float));
+    return static_cast<float>(reinterpret_cast<const int8_t*>(a + sizeof(float))[col % ops::kAttentionQ8Block]) * scale;
+  } else {
+    T x;
+    std::memcpy(&x, a, sizeof(T));
+    return KvToFloat(x);
+  }
+}
+
+// TileScores over Q8_0 key tiles: per 32-dimension block, each key vector is widened and scaled
+// by its cells' scales once for all kH heads, then the same FMA chain over the dimensions in order
+// as for float keys (so again a row's scores do not depend on the heads sharing its pass).
+template <int kH>
+HWY_NOINLINE void TileScoresQ8(const float* HWY_RESTRICT qs, int head_dim, const int8_t* HWY_RESTRICT kt, int n,
+                               float* HWY_RESTRICT scores, int64_t s_stride, const uint8_t* v_ahead,
+                               int64_t v_tile_bytes) {
+  const hn::ScalableTag<float> d;
+  constexpr int N = static_cast<int>(hn::MaxLanes(d));
+  constexpr int kV = ops::kAttentionKeyTile / N;
+  constexpr int kB = ops::kAttentionQ8Block;
+  const int blocks = head_dim / kB;
+  const int64_t tile_bytes = static_cast<int64_t>(blocks) * ops::kAttentionQ8KeyBlockBytes;
+  const int64_t v_step = v_tile_bytes / head_dim;
+  for (int t0 = 0; t0 < n; t0 += ops::kAttentionKeyTile) {
+    const int8_t* tile = kt + (t0 / ops::kAttentionKeyTile) * tile_bytes;
+    const bool more = t0 + ops::kAttentionKeyTile < n;
+    const uint8_t* v_tile = v_ahead == nullptr ? nullptr : v_ahead + (t0 / ops::kAttentionKeyTile) * v_tile_bytes;
+    hn::Vec<decltype(d)> acc[kH][kV];
+    for (int h = 0; h < kH; ++h)
+      for (int v = 0; v < kV; ++v) acc[h][v] = hn::Zero(d);
+    for (int b = 0; b < blocks; ++b) {
+      const int8_t* block = tile + b * ops::kAttentionQ8KeyBlockBytes;
+      const float* block_scales = reinterpret_cast<const float*>(block + kB * ops::kAttentionKeyTile);
+      hn::Vec<decltype(d)> sv[kV];
+      for (int v = 0; v < kV; ++v) sv[v] = hn::LoadU(d, block_scales + v * N);
+      for (int i = 0; i < kB; ++i) {
+        const int8_t* row = block + i * ops::kAttentionKeyTile;
+        const int dim = b * kB + i;
+        // The same block of the next tile: its 16 lines of keys (two dimensions a line) and 2 of scales.
+        if (more && i % 2 == 0) __builtin_prefetch(row + tile_bytes);
+        if (more && i < 2) __builtin_prefetch(reinterpret_cast<const int8_t*>(block_scales) + tile_bytes + i * 64);
+        if (v_ahead != nullptr)
+          for (int64_t o = dim * v_step; o < (dim + 1) * v_step; o += 64) __builtin_prefetch(v_tile + o);
+        hn::Vec<decltype(d)> kv[kV];
+        for (int v = 0; v < kV; ++v) kv[v] = hn::Mul(LoadQ8(d, row + v * N), sv[v]);
+        for (int h = 0; h < kH; ++h) {
+          const auto qv = hn::Set(d, qs[h * head_dim + dim]);
+          for (int v = 0; v < kV; ++v) acc[h][v] = hn::MulAdd(qv, kv[v], acc[h][v]);
+        }
+      }
+    }
+    for (int h = 0; h < kH; ++h)
+      for (int v = 0; v < kV; ++v) hn::StoreU(acc[h][v], d, scores + h * s_stride + t0 + v * N);
+  }
+}
+
 // Scores of heads [0, kH) of qs against every key tile: scores[h * s_stride + t] = qs[h] · K(t)
 // for t < n rounded up to whole tiles (lanes past n hold garbage the caller never reads). Lanes are
 // keys, so each score is one FMA chain over the head dimension in order, whatever kH and whichever
@@ -65,6 +165,9 @@ template <int kH, typename T>
 HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T* HWY_RESTRICT kt, int n,
                              float* HWY_RESTRICT scores, int64_t s_stride, const uint8_t* v_ahead,
                              int64_t v_tile_bytes) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    return TileScoresQ8<kH>(qs, head_dim, kt, n, scores, s_stride, v_ahead, v_tile_bytes);
+  } else {
   const hn::ScalableTag<float> d;
   constexpr int N = static_cast<int>(hn::MaxLanes(d));
   constexpr int kV = ops::kAttentionKeyTile / N;  // vectors per tile row
@@ -94,6 +197,7 @@ HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T
     for (int h = 0; h < kH; ++h)
       for (int v = 0; v < kV; ++v) hn::StoreU(acc[h][v], d, scores + h * s_stride + t0 + v * N);
   }
+  }
 }
 
 // TileScores for `rest` (1..kMax) heads in one pass: the template argument is chosen at run time.
@@ -120,12 +224,22 @@ HWY_INLINE void GroupValuesBlock(const float* HWY_RESTRICT p, int64_t p_stride, 
   hn::Vec<decltype(d)> acc[kQ][kVecs];
   for (int h = 0; h < kQ; ++h)
     for (int e = 0; e < kVecs; ++e) acc[h][e] = hn::Zero(d);
+  // Bytes of a row's kVecs vectors (Q8_0: the blocks that hold them, scales included).
+  const int64_t span = std::is_same_v<T, int8_t>
+                           ? ValueRowBytes<T>((kVecs * N + ops::kAttentionQ8Block - 1) / ops::kAttentionQ8Block *
+                                              ops::kAttentionQ8Block)
+                           : kVecs * N * static_cast<int64_t>(sizeof(T));
   for (int t = 0; t < n; ++t) {
-    const T* vr = v + t * v_stride + c0;
-    if (t + kKeyPrefetch < n) PrefetchRow(vr + kKeyPrefetch * v_stride, kVecs * N);
+    if (t + kKeyPrefetch < n) {
+      const uint8_t* ahead = ValueAddress(v, v_stride, t + kKeyPrefetch, c0);
+      for (int64_t o = 0; o < span; o += 64) __builtin_prefetch(ahead + o);
+    }
+    // Widened (and for Q8_0 scaled) once for every head of the pass.
+    hn::Vec<decltype(d)> vv[kVecs];
+    for (int e = 0; e < kVecs; ++e) vv[e] = LoadValue(d, v, v_stride, t, c0 + e * N);
     for (int h = 0; h < kQ; ++h) {
       const auto ph = hn::Set(d, p[h * p_stride + t]);
-      for (int e = 0; e < kVecs; ++e) acc[h][e] = hn::MulAdd(ph, LoadKv(d, vr + e * N), acc[h][e]);
+      for (int e = 0; e < kVecs; ++e) acc[h][e] = hn::MulAdd(ph, vv[e], acc[h][e]);
     }
   }
   for (int h = 0; h < kQ; ++h)
@@ -163,7 +277,7 @@ HWY_INLINE void GroupValues(const float* HWY_RESTRICT p, int64_t p_stride, int h
       float o = 0.f;
       // std::fma, not `o += p * v`: the compiler contracted (or vectorised) that differently per
       // kQ, and a row's result must not depend on how many heads share its pass.
-      for (int t = 0; t < n; ++t) o = std::fma(p[h * p_stride + t], KvToFloat(v[t * v_stride + c0]), o);
+      for (int t = 0; t < n; ++t) o = std::fma(p[h * p_stride + t], ValueElement(v, v_stride, t, c0), o);
       out[h][c0] = o;
     }
   }
@@ -206,7 +320,7 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
   // 67 over 1,024). A decode row's pass over K is too short to hide the prefetches: with one row
   // they gained nothing and cost the Qwen3-0.6B shape up to 8%.
   const auto* v_ahead = n_q >= kPrefetchValuesHeads ? reinterpret_cast<const uint8_t*>(v) : nullptr;
-  const int64_t v_tile_bytes = static_cast<int64_t>(ops::kAttentionKeyTile) * v_stride * static_cast<int64_t>(sizeof(T));
+  const int64_t v_tile_bytes = static_cast<int64_t>(ops::kAttentionKeyTile) * ValueRowBytes<T>(v_stride);
   for (; h0 + kH <= n_q; h0 += kH)
     TileScores<kH, T>(qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad, h0 == 0 ? v_ahead : nullptr,
                       v_tile_bytes);
@@ -252,7 +366,10 @@ inline void AttentionImpl(const float* q, int64_t q_stride, int n_q, int heads_p
                           DType kv_type, const void* kt, const void* v, int64_t v_stride, int n, int shared,
                           const uint8_t* visible, float scale, const float* sinks, float* scratch, float* out,
                           int64_t out_stride) {
-  if (kv_type == DType::kF16) {
+  if (kv_type == DType::kQ8_0) {
+    AttentionT(q, q_stride, n_q, heads_per_row, head_dim, head_dim_v, static_cast<const int8_t*>(kt),
+               static_cast<const int8_t*>(v), v_stride, n, shared, visible, scale, sinks, scratch, out, out_stride);
+  } else if (kv_type == DType::kF16) {
     AttentionT(q, q_stride, n_q, heads_per_row, head_dim, head_dim_v, static_cast<const hwy::float16_t*>(kt),
                static_cast<const hwy::float16_t*>(v), v_stride, n, shared, visible, scale, sinks, scratch, out,
                out_stride);

@@ -21,7 +21,11 @@ void Attention(const float* q, int64_t q_stride, int n_q, int heads_per_row, int
                DType kv_type, const void* kt, const void* v, int64_t v_stride, int n, int shared,
                const uint8_t* visible, float scale, const float* sinks, float* scratch, float* out,
                int64_t out_stride) {
-  DSPARK_CHECK_MSG(kv_type == DType::kF32 || kv_type == DType::kF16, "Attention: K/V must be F32 or F16");
+  DSPARK_CHECK_MSG(kv_type == DType::kF32 || kv_type == DType::kF16 || kv_type == DType::kQ8_0,
+                   "Attention: K/V must be F32, F16 or Q8_0");
+  DSPARK_CHECK_MSG(kv_type != DType::kQ8_0 || (head_dim % kAttentionQ8Block == 0 && head_dim_v % kAttentionQ8Block == 0 &&
+                                               v_stride % kAttentionQ8Block == 0),
+                   "Attention: Q8_0 K/V need head sizes and a value stride that are multiples of 32");
   DSPARK_CHECK_MSG(heads_per_row > 0 && n_q % heads_per_row == 0, "Attention: n_q must be whole rows");
   DSPARK_CHECK_MSG(shared >= 0 && shared <= n && (shared == n || visible != nullptr),
                    "Attention: cells past `shared` need `visible`");

@@ -1,7 +1,7 @@
 // ops::Attention on every attainable Highway target against the double-precision reference run per
 // row over the cells that row sees: one row and blocks of rows, groups of 1..9 heads, head sizes that
 // are and are not multiples of the vector width, partial key tiles, a shared prefix with arbitrary
-// visibility after it, attention sinks, F32 and F16 keys/values, a row that sees nothing and an
+// visibility after it, attention sinks, F32, F16 and Q8_0 keys/values, a row that sees nothing and an
 // empty context. And the property exact speculation rests on: a row's output is bitwise the same
 // computed alone or in a block with other rows.
 #include <algorithm>
@@ -33,6 +33,51 @@ std::vector<T> TileKeys(const std::vector<T>& k, int n, int head_dim) {
   return kt;
 }
 
+// Q8_0 blocks as the cache stores them: d = max|x| / 127, q = round(x / d); x8 gets q * d.
+float QuantizeBlock(const float* x, int8_t* q, int q_stride, float* x8) {
+  float amax = 0.f;
+  for (int i = 0; i < ops::kAttentionQ8Block; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+  for (int i = 0; i < ops::kAttentionQ8Block; ++i) {
+    q[i * q_stride] = static_cast<int8_t>(std::lround(x[i] * id));
+    x8[i] = static_cast<float>(q[i * q_stride]) * d;
+  }
+  return d;
+}
+
+// Keys of n cells ([n][head_dim]) in the Q8_0 tile layout of ops::Attention; k8: their values.
+std::vector<uint8_t> TileKeysQ8(const std::vector<float>& k, int n, int head_dim, std::vector<float>& k8) {
+  const int tiles = (n + ops::kAttentionKeyTile - 1) / ops::kAttentionKeyTile;
+  const int blocks = head_dim / ops::kAttentionQ8Block;
+  std::vector<uint8_t> kt(static_cast<size_t>(tiles) * blocks * ops::kAttentionQ8KeyBlockBytes, 0);
+  k8.assign(k.size(), 0.f);
+  for (int t = 0; t < n; ++t)
+    for (int b = 0; b < blocks; ++b) {
+      uint8_t* block = kt.data() + (static_cast<size_t>(t / ops::kAttentionKeyTile) * blocks + b) *
+                                       ops::kAttentionQ8KeyBlockBytes;
+      const size_t x = static_cast<size_t>(t) * head_dim + b * ops::kAttentionQ8Block;
+      const float d = QuantizeBlock(k.data() + x, reinterpret_cast<int8_t*>(block) + t % ops::kAttentionKeyTile,
+                                    ops::kAttentionKeyTile, k8.data() + x);
+      std::memcpy(block + ops::kAttentionQ8Block * ops::kAttentionKeyTile + 4 * (t % ops::kAttentionKeyTile), &d, 4);
+    }
+  return kt;
+}
+
+// Values of n cells ([n][head_dim_v]) as Q8_0 rows {f32 d, 32 int8} per block; v8: their values.
+std::vector<uint8_t> RowsQ8(const std::vector<float>& v, int n, int head_dim_v, std::vector<float>& v8) {
+  const int blocks = head_dim_v / ops::kAttentionQ8Block;
+  std::vector<uint8_t> out(static_cast<size_t>(n) * blocks * ops::kAttentionQ8ValueBlockBytes);
+  v8.assign(v.size(), 0.f);
+  for (int t = 0; t < n; ++t)
+    for (int b = 0; b < blocks; ++b) {
+      uint8_t* block = out.data() + (static_cast<size_t>(t) * blocks + b) * ops::kAttentionQ8ValueBlockBytes;
+      const size_t x = static_cast<size_t>(t) * head_dim_v + b * ops::kAttentionQ8Block;
+      const float d = QuantizeBlock(v.data() + x, reinterpret_cast<int8_t*>(block + 4), 1, v8.data() + x);
+      std::memcpy(block, &d, 4);
+    }
+  return out;
+}
+
 struct Case {
   int rows, heads_per_row, head_dim, head_dim_v, n, shared;
   bool sinks = false;
@@ -44,7 +89,14 @@ struct Data {
   std::vector<uint16_t> k16, v16;
   std::vector<float> kt, ktr;
   std::vector<uint16_t> kt16;
+  std::vector<uint8_t> kt8, v8;  // Q8_0 layouts (head sizes that are multiples of 32)
+  std::vector<float> kr8, vr8;   // the values they hold
   std::vector<uint8_t> visible;  // [rows][n - shared]
+  bool q8() const { return c.head_dim % ops::kAttentionQ8Block == 0 && c.head_dim_v % ops::kAttentionQ8Block == 0; }
+  std::vector<DType> Types() const {
+    if (q8()) return {DType::kF32, DType::kF16, DType::kQ8_0};
+    return {DType::kF32, DType::kF16};
+  }
   explicit Data(const Case& cs) : c(cs) {
     const int n_q = c.rows * c.heads_per_row;
     k = kernels::RandomVector(static_cast<int64_t>(c.n) * c.head_dim + 1, 11 + c.n);
@@ -60,6 +112,10 @@ struct Data {
     for (size_t i = 0; i < v.size(); ++i) vr[i] = F16ToF32(v16[i] = F32ToF16(v[i]));
     kt = TileKeys(k, c.n, c.head_dim);
     kt16 = TileKeys(k16, c.n, c.head_dim);
+    if (q8()) {
+      kt8 = TileKeysQ8(k, c.n, c.head_dim, kr8);
+      v8 = RowsQ8(v, c.n, c.head_dim_v, vr8);
+    }
     std::mt19937 rng(c.n + c.rows);
     visible.assign(static_cast<size_t>(c.rows) * (c.n - c.shared), 1);
     for (auto& x : visible) x = (rng() % 3) != 0;
@@ -83,10 +139,14 @@ struct Data {
     const int n_q = static_cast<int>(rows.size()) * hpr;
     std::vector<float> scratch(ops::AttentionScratch(n_q, n_used, c.head_dim));
     std::vector<float> out(static_cast<size_t>(n_q) * c.head_dim_v, -999.f);
-    const bool half = type == DType::kF16;
-    ops::Attention(qs.data(), static_cast<int64_t>(hpr) * c.head_dim, n_q, hpr, c.head_dim, c.head_dim_v, type,
-                   half ? static_cast<const void*>(kt16.data()) : kt.data(),
-                   half ? static_cast<const void*>(v16.data()) : v.data(), c.head_dim_v, n_used, shared,
+    const void* keys = type == DType::kF16 ? static_cast<const void*>(kt16.data())
+                       : type == DType::kQ8_0 ? static_cast<const void*>(kt8.data())
+                                              : static_cast<const void*>(kt.data());
+    const void* values = type == DType::kF16 ? static_cast<const void*>(v16.data())
+                         : type == DType::kQ8_0 ? static_cast<const void*>(v8.data())
+                                                : static_cast<const void*>(v.data());
+    ops::Attention(qs.data(), static_cast<int64_t>(hpr) * c.head_dim, n_q, hpr, c.head_dim, c.head_dim_v, type, keys,
+                   values, c.head_dim_v, n_used, shared,
                    shared == n_used ? nullptr : vis.data(), Scale(), Sinks(), scratch.data(), out.data(),
                    static_cast<int64_t>(hpr) * c.head_dim_v);
     return out;
@@ -102,7 +162,8 @@ TEST(Attention, MatchesReferenceOnEveryTarget) {
   for (const Case& c : kCases) {
     const Data data(c);
     const int hpr = c.heads_per_row;
-    std::vector<float> want(static_cast<size_t>(c.rows) * hpr * c.head_dim_v, 0.f), want16(want.size(), 0.f);
+    std::vector<float> want(static_cast<size_t>(c.rows) * hpr * c.head_dim_v, 0.f), want16(want.size(), 0.f),
+        want8(want.size(), 0.f);
     for (int r = 0; r < c.rows; ++r) {
       std::vector<int32_t> seen;
       for (int t = 0; t < c.n; ++t)
@@ -115,13 +176,17 @@ TEST(Attention, MatchesReferenceOnEveryTarget) {
       ref::AttentionGroup(data.q.data() + qo * c.head_dim, hpr, c.head_dim, c.head_dim_v, data.kr.data(), c.head_dim,
                           data.vr.data(), c.head_dim_v, seen.data(), static_cast<int>(seen.size()), data.Scale(),
                           data.Sinks(), want16.data() + qo * c.head_dim_v);
+      if (data.q8())
+        ref::AttentionGroup(data.q.data() + qo * c.head_dim, hpr, c.head_dim, c.head_dim_v, data.kr8.data(),
+                            c.head_dim, data.vr8.data(), c.head_dim_v, seen.data(), static_cast<int>(seen.size()),
+                            data.Scale(), data.Sinks(), want8.data() + qo * c.head_dim_v);
     }
     std::vector<int> all(c.rows);
     for (int r = 0; r < c.rows; ++r) all[r] = r;
     kernels::ForEachTarget([&](const std::string& target) {
-      for (const DType type : {DType::kF32, DType::kF16}) {
+      for (const DType type : data.Types()) {
         const std::vector<float> got = data.Run(type, all, c.n);
-        const std::vector<float>& w = type == DType::kF16 ? want16 : want;
+        const std::vector<float>& w = type == DType::kF16 ? want16 : type == DType::kQ8_0 ? want8 : want;
         for (size_t i = 0; i < got.size(); ++i)
           ASSERT_NEAR(got[i], w[i], 2e-5 * std::max(1.0f, std::fabs(w[i])))
               << target << " " << DTypeName(type) << " rows=" << c.rows << " hpr=" << hpr << " hd=" << c.head_dim
@@ -139,7 +204,7 @@ TEST(Attention, RowAloneEqualsRowInBlockBitwise) {
     std::vector<int> all(c.rows);
     for (int r = 0; r < c.rows; ++r) all[r] = r;
     kernels::ForEachTarget([&](const std::string& target) {
-      for (const DType type : {DType::kF32, DType::kF16}) {
+      for (const DType type : data.Types()) {
         const std::vector<float> block = data.Run(type, all, c.n);
         for (int r = 0; r < c.rows; ++r) {
           // Alone, the row holds only the cells up to the last one it sees (as in decode).

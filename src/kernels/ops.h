@@ -87,13 +87,20 @@ void ConvertToF16(const float* x, int64_t n, uint16_t* dst);
 // Cells per key tile of the attention K layout: the keys of one head are stored as
 // [tile][head_dim][kAttentionKeyTile] (element i of cell t at kt[(t / 32 * head_dim + i) * 32 + t % 32]).
 inline constexpr int kAttentionKeyTile = 32;
+// Q8_0 K/V (kv_type kQ8_0, head sizes a multiple of kAttentionQ8Block): a key tile is head_dim / 32
+// blocks of [32 dims][32 cells] int8 followed by the 32 cells' f32 scales; a value row is
+// head_dim_v / 32 blocks of {f32 scale, 32 int8}. Element = int8 * scale.
+inline constexpr int kAttentionQ8Block = 32;
+inline constexpr int kAttentionQ8KeyBlockBytes = kAttentionQ8Block * kAttentionKeyTile + kAttentionKeyTile * 4;
+inline constexpr int kAttentionQ8ValueBlockBytes = 4 + kAttentionQ8Block;
 
 // Attention of query rows of one sequence over cells 0..n-1 of one K/V head:
 //   out[h] = Σ_t softmax_t(scale · q[h]·K_t) · V_t
 // The n_q query heads are the heads_per_row heads (e.g. a GQA group) of n_q / heads_per_row rows:
 // head h is q + (h / heads_per_row)·q_stride + (h % heads_per_row)·head_dim, and its output goes to
 // out + (h / heads_per_row)·out_stride + (h % heads_per_row)·head_dim_v. kt: the head's keys in the
-// tiled layout above; v: its values, row t at v + t·v_stride; both of kv_type (F32 or F16).
+// tiled layout above; v: its values, row t at v + t·v_stride elements; both of kv_type (F32, F16,
+// or Q8_0 in the block layouts above).
 // Every row sees cells [0, shared); past that, row r sees cell t iff visible[r·(n − shared) + t −
 // shared] (visible may be nullptr when shared == n). sinks (nullptr: none): one extra logit per head
 // of a row (sinks[h % heads_per_row]) that takes part in the softmax but adds no value. A row that

@@ -1,20 +1,55 @@
 #include "model/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/ops.h"
 
 namespace dspark {
 
+namespace {
+// Q8_0 blocks of the cache (ops::kAttentionQ8Block elements): one f32 scale d = max|x| / 127 and
+// q = round(x / d), as ggml's quantize_row_q8_0 (with an f32 d).
+constexpr size_t kQ8 = ops::kAttentionQ8Block;
+
+float QuantizeQ8Block(const float* x, int8_t* q, size_t q_stride) {
+  float amax = 0.f;
+  for (size_t i = 0; i < kQ8; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  for (size_t i = 0; i < kQ8; ++i) q[i * q_stride] = static_cast<int8_t>(std::lround(x[i] * id));
+  return d;
+}
+}  // namespace
+
+Status KvCache::Supports(const ModelConfig& c, DType type) {
+  if (type != DType::kF16 && type != DType::kF32 && type != DType::kQ8_0)
+    return InvalidArgument("kv cache: type {} is not supported (f16, f32 or q8_0)", DTypeName(type));
+  if (type == DType::kQ8_0 && (c.head_dim % kQ8 != 0 || c.head_dim_v % kQ8 != 0))
+    return InvalidArgument("kv cache: q8_0 needs head sizes that are multiples of {} (this model: keys {}, values {})",
+                           kQ8, c.head_dim, c.head_dim_v);
+  return Status::Ok();
+}
+
 KvCache::KvCache(const ModelConfig& c, int n_seq, int n_ctx, DType type)
     : n_layer_(c.n_layer), n_seq_(n_seq), n_ctx_(n_ctx), n_head_kv_(c.n_head_kv),
       n_cap_((n_ctx + ops::kAttentionKeyTile - 1) / ops::kAttentionKeyTile * ops::kAttentionKeyTile),
-      head_dim_(c.head_dim), head_dim_v_(c.head_dim_v), type_(type), elem_(type == DType::kF16 ? 2 : 4),
+      head_dim_(c.head_dim), head_dim_v_(c.head_dim_v), type_(type), elem_(type == DType::kF32 ? 4 : 2),
       memory_(std::make_unique<HugePageArena>()), length_(n_seq, 0) {
-  DSPARK_CHECK_MSG(type == DType::kF16 || type == DType::kF32, "KvCache: type must be F16 or F32");
-  k_ = static_cast<uint8_t*>(memory_->Allocate(static_cast<size_t>(c.n_layer) * n_seq * n_cap_ * c.kv_dim() * elem_));
-  v_ = static_cast<uint8_t*>(memory_->Allocate(static_cast<size_t>(c.n_layer) * n_seq * n_cap_ * c.v_dim() * elem_));
+  static_assert(kTile == ops::kAttentionKeyTile);
+  const Status ok = Supports(c, type);
+  DSPARK_CHECK_MSG(ok.ok(), ok.message().c_str());
+  if (type == DType::kQ8_0) {
+    k_tile_bytes_ = head_dim_ / kQ8 * ops::kAttentionQ8KeyBlockBytes;
+    v_row_bytes_ = head_dim_v_ / kQ8 * ops::kAttentionQ8ValueBlockBytes;
+  } else {
+    k_tile_bytes_ = head_dim_ * kTile * elem_;
+    v_row_bytes_ = head_dim_v_ * elem_;
+  }
+  const size_t heads = static_cast<size_t>(c.n_layer) * n_seq * c.n_head_kv;
+  k_ = static_cast<uint8_t*>(memory_->Allocate(heads * (n_cap_ / kTile) * k_tile_bytes_));
+  v_ = static_cast<uint8_t*>(memory_->Allocate(heads * n_cap_ * v_row_bytes_));
 }
 
 Status KvCache::CheckSeq(int seq) const {
@@ -35,12 +70,11 @@ Status KvCache::Copy(int src, int dst) {
   DSPARK_TRY(CheckSeq(dst));
   if (src == dst) return Status::Ok();
   const size_t n = static_cast<size_t>(length_[src]);
-  // Keys: the whole tiles that hold cells [0, n).
-  const size_t nk = (n + ops::kAttentionKeyTile - 1) / ops::kAttentionKeyTile * ops::kAttentionKeyTile;
+  const size_t tiles = (n + kTile - 1) / kTile;  // the whole tiles that hold cells [0, n)
   for (int l = 0; l < n_layer_; ++l) {
     for (int h = 0; h < n_head_kv_; ++h) {
-      std::memcpy(k_ + Offset(l, dst, h, 0) * head_dim_ * elem_, KTiles(l, src, h), nk * head_dim_ * elem_);
-      std::memcpy(v_ + Offset(l, dst, h, 0) * head_dim_v_ * elem_, V(l, src, h, 0), n * head_dim_v_ * elem_);
+      std::memcpy(k_ + KHeadOffset(l, dst, h), KTiles(l, src, h), tiles * k_tile_bytes_);
+      std::memcpy(v_ + Offset(l, dst, h, 0) * v_row_bytes_, V(l, src, h, 0), n * v_row_bytes_);
     }
   }
   length_[dst] = length_[src];
@@ -56,26 +90,44 @@ void KvCache::Store(const float* src, size_t n, uint8_t* dst) const {
 }
 
 void KvCache::WriteK(int layer, int seq, int cell, const float* k) {
-  // Converted once, then scattered into the cell's lane of its tile: element i at
-  // ((cell / 32) * head_dim + i) * 32 + cell % 32.
-  uint8_t row[1024 * 4];
-  DSPARK_CHECK_MSG(head_dim_ * elem_ <= sizeof(row), "KvCache: head_dim too large");
-  const size_t tile = ops::kAttentionKeyTile;
-  const size_t first = ((static_cast<size_t>(cell) / tile) * head_dim_ * tile + cell % tile) * elem_;
+  const size_t lane = static_cast<size_t>(cell) % kTile;
+  const size_t tile_offset = static_cast<size_t>(cell) / kTile * k_tile_bytes_;
   for (int h = 0; h < n_head_kv_; ++h) {
-    Store(k + h * head_dim_, head_dim_, row);
-    uint8_t* dst = k_ + Offset(layer, seq, h, 0) * head_dim_ * elem_ + first;
-    if (elem_ == 2) {
-      for (size_t i = 0; i < head_dim_; ++i) std::memcpy(dst + i * tile * 2, row + i * 2, 2);
-    } else {
-      for (size_t i = 0; i < head_dim_; ++i) std::memcpy(dst + i * tile * 4, row + i * 4, 4);
+    uint8_t* tile = k_ + KHeadOffset(layer, seq, h) + tile_offset;
+    const float* kh = k + h * head_dim_;
+    if (type_ == DType::kQ8_0) {
+      // Per 32-dimension block: the cell's lane of [32 dims][32 cells] int8, then its scale.
+      for (size_t b = 0; b < head_dim_ / kQ8; ++b) {
+        uint8_t* block = tile + b * ops::kAttentionQ8KeyBlockBytes;
+        const float d = QuantizeQ8Block(kh + b * kQ8, reinterpret_cast<int8_t*>(block) + lane, kTile);
+        std::memcpy(block + kQ8 * kTile + lane * sizeof(float), &d, sizeof(float));
+      }
+      continue;
     }
+    // Converted once, then scattered into the cell's lane of its tile: element i at
+    // (i * 32 + cell % 32) within the tile.
+    uint8_t row[1024 * 4];
+    DSPARK_CHECK_MSG(head_dim_ * elem_ <= sizeof(row), "KvCache: head_dim too large");
+    Store(kh, head_dim_, row);
+    uint8_t* dst = tile + lane * elem_;
+    for (size_t i = 0; i < head_dim_; ++i) std::memcpy(dst + i * kTile * elem_, row + i * elem_, elem_);
   }
 }
 
 void KvCache::WriteV(int layer, int seq, int cell, const float* v) {
-  for (int h = 0; h < n_head_kv_; ++h)
-    Store(v + h * head_dim_v_, head_dim_v_, v_ + Offset(layer, seq, h, cell) * head_dim_v_ * elem_);
+  for (int h = 0; h < n_head_kv_; ++h) {
+    uint8_t* dst = v_ + Offset(layer, seq, h, cell) * v_row_bytes_;
+    const float* vh = v + h * head_dim_v_;
+    if (type_ == DType::kQ8_0) {
+      for (size_t b = 0; b < head_dim_v_ / kQ8; ++b) {
+        uint8_t* block = dst + b * ops::kAttentionQ8ValueBlockBytes;
+        const float d = QuantizeQ8Block(vh + b * kQ8, reinterpret_cast<int8_t*>(block + sizeof(float)), 1);
+        std::memcpy(block, &d, sizeof(float));
+      }
+    } else {
+      Store(vh, head_dim_v_, dst);
+    }
+  }
 }
 
 void KvCache::ClearAll() { std::fill(length_.begin(), length_.end(), 0); }

@@ -9,7 +9,12 @@
 // ops::Attention reads (one vector = one dimension of consecutive keys: no horizontal sums, and
 // the same arithmetic for a row alone or in a verification block).
 // Element type: F16 by default (as llama.cpp's default cache type): half the bytes attention
-// streams per token; F32 keeps the projections exactly (the tight reference tests use it).
+// streams per token; F32 keeps the projections exactly (the tight reference tests use it); Q8_0
+// (head sizes that are multiples of 32) stores each 32 elements as int8 with one f32 scale, as
+// llama.cpp's q8_0 cache type: 1.125 bytes per element, so long contexts take 56% of the memory
+// and of the attention traffic of F16. Its key tiles keep the transposed layout per 32-dimension
+// block: [tile][block][32 dims][32 cells] int8, then [32 cells] f32 scales (ops::Attention);
+// values are [cell][block] of {f32 scale, 32 int8}.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +30,11 @@ namespace dspark {
 
 class KvCache {
  public:
-  // n_seq sequences of n_ctx cells each, sized for `config`; type is kF16 or kF32.
+  // n_seq sequences of n_ctx cells each, sized for `config`; type is kF16, kF32 or kQ8_0
+  // (Supports must accept the pair).
   KvCache(const ModelConfig& config, int n_seq, int n_ctx, DType type = DType::kF16);
+  // Whether a cache of `type` can hold this model's keys and values (the error says why not).
+  static Status Supports(const ModelConfig& config, DType type);
 
   int n_seq() const { return n_seq_; }
   int n_ctx() const { return n_ctx_; }
@@ -41,13 +49,9 @@ class KvCache {
   void ClearAll();
 
   // One head's keys of every cell in ops::Attention's tiled layout, elements of type().
-  const void* KTiles(int layer, int seq, int head) const {
-    return k_ + Offset(layer, seq, head, 0) * head_dim_ * elem_;
-  }
+  const void* KTiles(int layer, int seq, int head) const { return k_ + KHeadOffset(layer, seq, head); }
   // One head's value [head_dim_v] at `cell`, elements of type(); the next cell follows contiguously.
-  const void* V(int layer, int seq, int head, int cell) const {
-    return v_ + Offset(layer, seq, head, cell) * head_dim_v_ * elem_;
-  }
+  const void* V(int layer, int seq, int head, int cell) const { return v_ + Offset(layer, seq, head, cell) * v_row_bytes_; }
   // Stores one cell's keys [n_head_kv * head_dim] and values [n_head_kv * head_dim_v] (all heads,
   // as the projections produce them), converting to type().
   void Write(int layer, int seq, int cell, const float* k, const float* v) {
@@ -68,13 +72,20 @@ class KvCache {
   size_t Offset(int layer, int seq, int head, int cell) const {
     return ((static_cast<size_t>(layer) * n_seq_ + seq) * n_head_kv_ + head) * n_cap_ + cell;
   }
+  // Byte offset of one head's key tiles.
+  size_t KHeadOffset(int layer, int seq, int head) const {
+    return ((static_cast<size_t>(layer) * n_seq_ + seq) * n_head_kv_ + head) * (n_cap_ / kTile) * k_tile_bytes_;
+  }
   void Store(const float* src, size_t n, uint8_t* dst) const;
 
+  static constexpr size_t kTile = 32;  // ops::kAttentionKeyTile
   int n_layer_, n_seq_, n_ctx_, n_head_kv_;
   int n_cap_;  // n_ctx rounded up to whole key tiles
   size_t head_dim_, head_dim_v_;
   DType type_;
-  size_t elem_;  // bytes per element
+  size_t elem_;          // bytes per element (F16, F32)
+  size_t k_tile_bytes_;  // one head's key tile of kTile cells
+  size_t v_row_bytes_;   // one head's value row
   // K and V on huge pages (util/huge_page_arena.h): attention streams them every pass, and the
   // memory is backed (zeroed by the OS) as cells are first written, 2 MiB at a time, instead of all
   // at construction as a std::vector's zero fill did (1.7B-shape Q4_K, -c 8192: start-up 9.7 ->

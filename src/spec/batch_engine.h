@@ -56,7 +56,7 @@ struct BatchEngineOptions {
   int n_parallel = 1;         // sequences running at once (KV cache slots)
   int n_ctx = 2048;           // context per sequence
   int prefill_chunk = 512;    // most prompt rows per step
-  DType kv_type = DType::kF16;  // KV cache elements: F16 (half the attention traffic) or F32
+  DType kv_type = DType::kF16;  // KV cache elements: F16 (half the attention traffic), F32 or Q8_0
   ScheduleOptions schedule;
 };
 

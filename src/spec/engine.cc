@@ -3,8 +3,9 @@
 namespace dspark {
 
 namespace {
-BatchEngineOptions SingleSlot(int n_ctx, ScheduleOptions schedule, int prefill_chunk) {
+BatchEngineOptions SingleSlot(int n_ctx, ScheduleOptions schedule, int prefill_chunk, DType kv_type) {
   BatchEngineOptions o;
+  o.kv_type = kv_type;
   o.n_parallel = 1;
   o.n_ctx = n_ctx;
   o.prefill_chunk = prefill_chunk;
@@ -14,8 +15,9 @@ BatchEngineOptions SingleSlot(int n_ctx, ScheduleOptions schedule, int prefill_c
 }  // namespace
 
 SpeculativeEngine::SpeculativeEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& pool, int n_ctx,
-                                     Drafter* drafter, ScheduleOptions schedule, int prefill_chunk)
-    : tokenizer_(tokenizer), engine_(target, tokenizer, pool, SingleSlot(n_ctx, schedule, prefill_chunk), drafter) {}
+                                     Drafter* drafter, ScheduleOptions schedule, int prefill_chunk, DType kv_type)
+    : tokenizer_(tokenizer),
+      engine_(target, tokenizer, pool, SingleSlot(n_ctx, schedule, prefill_chunk, kv_type), drafter) {}
 
 Result<GenerateResult> SpeculativeEngine::Generate(std::string_view prompt, const GenerateOptions& options,
                                                    const TokenCallback& on_token) {

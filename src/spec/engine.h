@@ -12,9 +12,11 @@ namespace dspark {
 
 class SpeculativeEngine {
  public:
-  // `drafter` may be null (plain decoding). n_ctx: the target KV cache size (prompt + output).
+  // `drafter` may be null (plain decoding). n_ctx: the target KV cache size (prompt + output);
+  // kv_type: its element type (KvCache::Supports must accept it for the target).
   SpeculativeEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& pool, int n_ctx,
-                    Drafter* drafter = nullptr, ScheduleOptions schedule = {}, int prefill_chunk = 512);
+                    Drafter* drafter = nullptr, ScheduleOptions schedule = {}, int prefill_chunk = 512,
+                    DType kv_type = DType::kF16);
 
   Result<GenerateResult> Generate(std::string_view prompt, const GenerateOptions& options,
                                   const TokenCallback& on_token = nullptr);

@@ -460,16 +460,63 @@ TEST_F(Lossless, MismatchedVocabularyIsRefusedNamingTheToken) {
 }
 
 
-// Exact speculation rests on each weight type's kernels giving a row the same logits, bitwise,
-// whether it is decoded alone or verified in a block (BF16: vdpbf16ps on AMD CPUs with AVX-512
-// BF16, F32 FMAs elsewhere; Q8_0: VNNI or not). Greedy speculation must then reproduce plain
-// decoding whatever type the target's matrices are stored in, with both BF16 paths.
-// A test of the model's pass as the verifier uses it, beside the kernels' own (kernels_test).
-TEST(LosslessWeightTypes, GreedyEqualsPlainForEveryTargetWeightType) {
-  ThreadPool pool(2);
+// Exact speculation rests on the target's pass giving a row the same logits, bitwise, whether it
+// is decoded alone or verified in a block, and greedy speculation then reproducing plain decoding.
+// Checked for a loaded target and a KV cache type: a 6-row verification block against its rows
+// decoded one by one (greedy ids alone would hide a last-bit difference that flips no argmax),
+// then synthetic drafts of several lengths.
+void ExpectVerifyEqualsDecodeAndGreedyLossless(Loaded& target, ThreadPool& pool, DType cache_type,
+                                               const std::string& label) {
   const int n = 40;
   std::vector<int32_t> prompt = {1};
   for (int i = 0; i < 11; ++i) prompt.push_back(3 + (i * 23 + 1) % 280);
+  const ModelConfig& c = target.model->config();
+  KvCache cache(c, 1, 256, cache_type);
+  Batch pre;
+  for (size_t i = 0; i < prompt.size(); ++i) pre.Add(prompt[i], static_cast<int>(i), 0, false);
+  ASSERT_TRUE(target.model->Forward(pre, cache, pool).ok());
+  const int base = static_cast<int>(prompt.size()), k = 6;
+  Batch block;
+  for (int i = 0; i < k; ++i) block.Add(3 + 37 * i % 250, base + i, 0, true);
+  auto verified = target.model->Forward(block, cache, pool);
+  ASSERT_TRUE(verified.ok());
+  ASSERT_TRUE(cache.Truncate(0, base).ok());
+  for (int i = 0; i < k; ++i) {
+    Batch one;
+    one.Add(3 + 37 * i % 250, base + i, 0, true);
+    auto decoded = target.model->Forward(one, cache, pool);
+    ASSERT_TRUE(decoded.ok());
+    ASSERT_EQ(0, std::memcmp(decoded->Logits(0, c.n_vocab), verified->Logits(i, c.n_vocab), c.n_vocab * sizeof(float)))
+        << label << " row " << i;
+  }
+  // Plain decoding with this cache type (ReferenceGreedy uses the default cache).
+  SpeculativeEngine plain(*target.model, *target.tok, pool, 256, nullptr, {}, 512, cache_type);
+  GenerateOptions go;
+  go.max_new_tokens = n;
+  auto plain_r = plain.GenerateFromIds(prompt, go);
+  ASSERT_TRUE(plain_r.ok()) << plain_r.status().message();
+  const std::vector<int32_t> want = plain_r->ids;
+  if (cache_type == DType::kF16)  // the engine's plain decoding against the model's own loop
+    ASSERT_EQ(want, testing::ReferenceGreedy(*target.model, pool, prompt, n, 256)) << label;
+  ASSERT_GE(std::set<int32_t>(want.begin(), want.end()).size(), 5u) << label;
+  std::vector<int32_t> reference = prompt;
+  reference.insert(reference.end(), want.begin(), want.end());
+  for (int n_max : {1, 3, 8, 16}) {
+    SyntheticDrafter drafter(reference, c.n_vocab, 0.7);
+    ScheduleOptions so;
+    so.n_max = n_max;
+    SpeculativeEngine engine(*target.model, *target.tok, pool, 256, &drafter, so, 512, cache_type);
+    auto r = engine.GenerateFromIds(prompt, go);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ASSERT_EQ(r->ids, want) << label << " n_max " << n_max;
+    EXPECT_GT(r->stats.num_accepted_tokens, 0) << label;
+  }
+}
+
+// Each weight type's kernels (BF16: vdpbf16ps on AMD CPUs with AVX-512 BF16, F32 FMAs elsewhere;
+// Q8_0: VNNI or not), with both BF16 paths.
+TEST(LosslessWeightTypes, GreedyEqualsPlainForEveryTargetWeightType) {
+  ThreadPool pool(2);
   for (const DType type : {DType::kF16, DType::kBF16, DType::kQ8_0}) {
     SynthSpec spec = testing::TinySpec("qwen3", type);
     spec.seed = 11;
@@ -479,46 +526,32 @@ TEST(LosslessWeightTypes, GreedyEqualsPlainForEveryTargetWeightType) {
     for (const bool bf16_dot_off : {false, true}) {
       if (bf16_dot_off && type != DType::kBF16) continue;
       kernels::DisableBf16DotForTest(bf16_dot_off);
-      const ModelConfig& c = target.model->config();
-      // The property itself: a 6-row verification block's logits equal decoding its rows one by
-      // one, to the bit (greedy ids alone would hide a last-bit difference that flips no argmax).
-      KvCache cache(c, 1, 256);
-      Batch pre;
-      for (size_t i = 0; i < prompt.size(); ++i) pre.Add(prompt[i], static_cast<int>(i), 0, false);
-      ASSERT_TRUE(target.model->Forward(pre, cache, pool).ok());
-      const int base = static_cast<int>(prompt.size()), k = 6;
-      Batch block;
-      for (int i = 0; i < k; ++i) block.Add(3 + 37 * i % 250, base + i, 0, true);
-      auto verified = target.model->Forward(block, cache, pool);
-      ASSERT_TRUE(verified.ok());
-      ASSERT_TRUE(cache.Truncate(0, base).ok());
-      for (int i = 0; i < k; ++i) {
-        Batch one;
-        one.Add(3 + 37 * i % 250, base + i, 0, true);
-        auto decoded = target.model->Forward(one, cache, pool);
-        ASSERT_TRUE(decoded.ok());
-        ASSERT_EQ(0, std::memcmp(decoded->Logits(0, c.n_vocab), verified->Logits(i, c.n_vocab), c.n_vocab * sizeof(float)))
-            << DTypeName(type) << " row " << i << " bf16 dot off " << bf16_dot_off;
-      }
-      const auto want = testing::ReferenceGreedy(*target.model, pool, prompt, n, 256);
-      ASSERT_GE(std::set<int32_t>(want.begin(), want.end()).size(), 5u) << DTypeName(type);
-      std::vector<int32_t> reference = prompt;
-      reference.insert(reference.end(), want.begin(), want.end());
-      for (int n_max : {1, 3, 8, 16}) {
-        SyntheticDrafter drafter(reference, target.model->config().n_vocab, 0.7);
-        ScheduleOptions so;
-        so.n_max = n_max;
-        SpeculativeEngine engine(*target.model, *target.tok, pool, 256, &drafter, so);
-        GenerateOptions go;
-        go.max_new_tokens = n;
-        auto r = engine.GenerateFromIds(prompt, go);
-        ASSERT_TRUE(r.ok()) << r.status().message();
-        ASSERT_EQ(r->ids, want) << DTypeName(type) << " n_max " << n_max << " bf16 dot off " << bf16_dot_off;
-        EXPECT_GT(r->stats.num_accepted_tokens, 0) << DTypeName(type);
-      }
+      ExpectVerifyEqualsDecodeAndGreedyLossless(
+          target, pool, DType::kF16, std::string(DTypeName(type)) + (bf16_dot_off ? " bf16 dot off" : ""));
     }
     kernels::DisableBf16DotForTest(false);
   }
+}
+
+// Each KV cache type (Q8_0 keys and values are rounded once, when written, so a row's attention
+// must still not depend on the rows verified with it).
+TEST(LosslessCacheTypes, GreedyEqualsPlainForEveryCacheType) {
+  ThreadPool pool(2);
+  SynthSpec spec = testing::TinySpec("qwen3", DType::kF32);
+  spec.head_dim = 32;  // Q8_0 caches need multiples of 32
+  spec.seed = 12;
+  spec.tied_embeddings = false;
+  spec.embedding_gain = 2.0f;
+  Loaded target = Load(testing::WriteTiny(spec, "lossless_cache_types"));
+  for (const DType type : {DType::kF32, DType::kF16, DType::kQ8_0})
+    ExpectVerifyEqualsDecodeAndGreedyLossless(target, pool, type, std::string("cache ") + std::string(DTypeName(type)));
+  // A model whose heads are not multiples of 32 is refused a Q8_0 cache with a reason.
+  SynthSpec odd = testing::TinySpec("qwen3", DType::kF32);  // head_dim 16
+  Loaded small = Load(testing::WriteTiny(odd, "lossless_cache_odd"));
+  const Status st = KvCache::Supports(small.model->config(), DType::kQ8_0);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("multiples of 32"), std::string::npos) << st.message();
+  EXPECT_TRUE(KvCache::Supports(small.model->config(), DType::kF16).ok());
 }
 
 TEST(LosslessSampling, SpeculativeSamplingMatchesPlainInDistribution) {
