@@ -99,8 +99,9 @@ int RunPlainBench(const BenchFlags& f) {
   const bool has_bf16 = std::any_of(model.file().tensors().begin(), model.file().tensors().end(),
                                     [](const auto& t) { return t.type == DType::kBF16 && t.ne.size() >= 2; });
   if (has_bf16) weights += fmt::format(", BF16 multiplied with {}", ops::Bf16MatMulKernel());
-  std::fprintf(stderr, "dspark bench: %s, %s, %d threads, %s\n", f.model.c_str(), c.arch.c_str(), pool.num_threads(),
-               weights.c_str());
+  std::fprintf(stderr, "dspark bench: %s, %s, %d threads, %s; KV cache %s, %.1f MiB for %d cells\n", f.model.c_str(),
+               c.arch.c_str(), pool.num_threads(), weights.c_str(), std::string(DTypeName(f.cache_type)).c_str(),
+               cache.bytes() / 1048576.0, n_ctx);
   const double copy_bw = CopyBandwidth(pool);
 
   // Warm-up: touches every weight page once so the first timed run does not pay page faults.
@@ -146,6 +147,7 @@ int RunPlainBench(const BenchFlags& f) {
   j["weights_on_huge_pages"] = model.WeightsOnHugePages();
   if (has_bf16) j["bf16_kernel"] = ops::Bf16MatMulKernel();
   j["cache_type"] = DTypeName(f.cache_type);
+  j["kv_cache_bytes"] = cache.bytes();
   j["prefill_tokens"] = f.n_prefill;
   j["prefill_tok_s"] = pf.median;
   j["prefill_tok_s_min"] = pf.min;
@@ -222,9 +224,7 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_flag("--profile", f->profile,
                 "With --plain: time by phase (matmuls, attention, ...) of decode and verify-k passes");
   sub->add_flag("--no-repack", f->no_repack, kNoRepackHelp);
-  sub->add_option("--cache-type,--ctk", f->cache_type, kCacheTypeHelp)
-      ->transform(CLI::CheckedTransformer(kCacheTypes, CLI::ignore_case))
-      ->default_str("f16");
+  AddCacheTypeOption(sub, &f->cache_type);
   // Speculative sweep (--spec).
   sub->add_flag("--spec", *spec, "Plain decoding and a grid of speculative settings on the same prompts");
   AddDrafterFlags(sub, &sf->drafter, "draft-simple | draft-dspark | draft-dflash | ngram | synthetic", /*synthetic=*/true);

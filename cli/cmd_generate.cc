@@ -167,8 +167,7 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
   AddDrafterFlags(sub, &f->drafter, "none | draft-simple | draft-dspark | draft-dflash | ngram | synthetic", /*synthetic=*/true);
   sub->add_option("-c,--ctx-size", f->ctx_size, "Context size (default: min(train context, 4096))");
-  sub->add_option("--cache-type,--ctk", f->cache_type, kCacheTypeHelp)
-      ->transform(CLI::CheckedTransformer(kCacheTypes, CLI::ignore_case));
+  AddCacheTypeOption(sub, &f->cache_type);
   sub->add_option("--stop", f->stop, "Stop string (repeatable)");
   sub->add_flag("--json", f->json, "Print one JSON object with text, ids and stats");
   sub->add_flag("--no-repack", f->no_repack, kNoRepackHelp);

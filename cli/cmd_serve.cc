@@ -129,9 +129,7 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("--port", f->server.port, "Port to bind")->capture_default_str()->check(CLI::Range(1, 65535));
   sub->add_option("--parallel", f->parallel, "Sequences decoded together (slots)")->capture_default_str()->check(CLI::Range(1, 256));
   sub->add_option("-c,--ctx-size", f->ctx_size, "Context per sequence (default: min(train context, 4096))");
-  sub->add_option("--cache-type,--ctk", f->cache_type, kCacheTypeHelp)
-      ->transform(CLI::CheckedTransformer(kCacheTypes, CLI::ignore_case))
-      ->default_str("f16");
+  AddCacheTypeOption(sub, &f->cache_type);
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
   AddDrafterFlags(sub, &f->drafter, "none | draft-simple | draft-dspark | draft-dflash | ngram", /*synthetic=*/false);
   sub->add_option("--api-key", f->server.api_key, "Require \"Authorization: Bearer KEY\" on every /v1 endpoint");

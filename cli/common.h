@@ -21,12 +21,24 @@ struct LoadedModel {
 
 Result<LoadedModel> LoadModelAndTokenizer(const std::string& path, const ModelOptions& options = {});
 
-// --cache-type: the KV cache element type, as llama.cpp's cache types are named.
-inline const std::map<std::string, DType> kCacheTypes = {
-    {"f16", DType::kF16}, {"f32", DType::kF32}, {"q8_0", DType::kQ8_0}};
-inline constexpr const char* kCacheTypeHelp =
-    "KV cache element type: f16 (half of f32's attention traffic), f32, or q8_0 (int8 with a scale per 32 "
-    "elements: 56% of f16's memory and traffic, for long contexts; head sizes that are multiples of 32)";
+// --cache-type / --ctk: the KV cache element type, named as llama.cpp's cache types are.
+inline void AddCacheTypeOption(CLI::App* sub, DType* type) {
+  static const std::map<std::string, DType> kCacheTypes = {
+      {"f16", DType::kF16}, {"f32", DType::kF32}, {"q8_0", DType::kQ8_0}};
+  sub->add_option_function<std::string>(
+         "--cache-type,--ctk",
+         [type](const std::string& name) {
+           std::string lower = name;
+           std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+           const auto it = kCacheTypes.find(lower);
+           if (it == kCacheTypes.end())
+             throw CLI::ValidationError("--cache-type", "unknown KV cache type '" + name + "' (f16, f32 or q8_0)");
+           *type = it->second;
+         },
+         "KV cache element type: f16 (half of f32's attention traffic), f32, or q8_0 (int8 with a scale per 32 "
+         "elements: 56% of f16's memory and traffic, for long contexts; head sizes that are multiples of 32)")
+      ->default_str("f16");
+}
 
 // The --no-repack flag help text (generate, bench, serve).
 inline constexpr const char* kNoRepackHelp =

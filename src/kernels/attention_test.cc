@@ -156,7 +156,9 @@ struct Data {
 const Case kCases[] = {{1, 2, 128, 128, 520, 520},  {8, 2, 128, 128, 520, 512}, {1, 1, 64, 64, 1, 1},
                        {3, 3, 64, 64, 45, 40},      {11, 2, 80, 80, 19, 0},     {2, 6, 16, 24, 7, 2, true},
                        {2, 1, 7, 9, 5, 5},          {4, 9, 24, 40, 33, 30},     {5, 3, 64, 64, 600, 590, true},
-                       {1, 4, 16, 16, 64, 64, true}};
+                       {1, 4, 16, 16, 64, 64, true},
+                       // 27 heads (a 9-row block with 3 heads per K/V head): a Q8_0 cache widened once.
+                       {9, 3, 64, 64, 300, 292},    {40, 2, 128, 64, 77, 37}};
 
 TEST(Attention, MatchesReferenceOnEveryTarget) {
   for (const Case& c : kCases) {
