@@ -429,6 +429,36 @@ TEST_F(Lossless, DraftModelOnItsOwnThreadPoolDraftsTheSameTokens) {
   EXPECT_NE(bad.status().message().find("--threads-draft"), std::string::npos);
 }
 
+TEST_F(Lossless, VerifyCostProfileCoversTheGridMonotoneAndLeavesTheCacheAsItWas) {
+  // The start-up profile the adaptive schedules price drafts with: warm-up passes, then rounds
+  // over the row grid. Whatever the timings, it must cover every row count up to the maximum,
+  // never let more rows look cheaper, and leave the sequence's cache exactly as it found it.
+  const ModelConfig& c = target_.model->config();
+  KvCache cache(c, 2, 256);
+  const std::vector<int32_t> prompt = Prompt(1);
+  ASSERT_TRUE(Prefill(*target_.model, cache, pool_, 1, prompt, 0, 64).ok());
+  Batch probe;
+  probe.Add(7, static_cast<int>(prompt.size()), 1, true);
+  auto before = target_.model->Forward(probe, cache, pool_);
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(cache.Truncate(1, static_cast<int>(prompt.size())).ok());
+  auto cost = ProfileVerifyCost(*target_.model, cache, pool_, 1, 9);
+  ASSERT_TRUE(cost.ok()) << cost.status().message();
+  const auto& points = cost->points();
+  std::vector<int> rows;
+  for (const auto& [r, ms] : points) {
+    rows.push_back(r);
+    EXPECT_GT(ms, 0.0) << r;
+  }
+  EXPECT_EQ(rows, (std::vector<int>{1, 2, 3, 4, 5, 6, 8}));
+  for (size_t i = 1; i < points.size(); ++i) EXPECT_GE(points[i].second, points[i - 1].second) << points[i].first;
+  EXPECT_EQ(cache.Length(1), static_cast<int>(prompt.size()));
+  EXPECT_EQ(cache.Length(0), 0);
+  auto after = target_.model->Forward(probe, cache, pool_);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(0, std::memcmp(before->logits.data(), after->logits.data(), before->logits.size() * sizeof(float)));
+}
+
 TEST_F(Lossless, MismatchedVocabularyIsRefusedNamingTheToken) {
   SynthSpec spec = testing::TinySpec("qwen3", DType::kF32, 280);
   const std::string small = testing::WriteTiny(spec, "lossless_smallvocab");  // 20 tokens fewer: padding, accepted
@@ -496,8 +526,9 @@ void ExpectVerifyEqualsDecodeAndGreedyLossless(Loaded& target, ThreadPool& pool,
   auto plain_r = plain.GenerateFromIds(prompt, go);
   ASSERT_TRUE(plain_r.ok()) << plain_r.status().message();
   const std::vector<int32_t> want = plain_r->ids;
-  if (cache_type == DType::kF16)  // the engine's plain decoding against the model's own loop
+  if (cache_type == DType::kF16) {  // the engine's plain decoding against the model's own loop
     ASSERT_EQ(want, testing::ReferenceGreedy(*target.model, pool, prompt, n, 256)) << label;
+  }
   ASSERT_GE(std::set<int32_t>(want.begin(), want.end()).size(), 5u) << label;
   std::vector<int32_t> reference = prompt;
   reference.insert(reference.end(), want.begin(), want.end());
