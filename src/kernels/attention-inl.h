@@ -110,42 +110,60 @@ HWY_INLINE float ValueElement(const T* v, int64_t v_stride, int64_t t, int64_t c
   }
 }
 
-// TileScores over Q8_0 key tiles: per 32-dimension block, each key vector is widened and scaled
-// by its cells' scales once for all kH heads, then the same FMA chain over the dimensions in order
-// as for float keys (so again a row's scores do not depend on the heads sharing its pass).
-template <int kH>
-HWY_NOINLINE void TileScoresQ8(const float* HWY_RESTRICT qs, int head_dim, const int8_t* HWY_RESTRICT kt, int n,
-                               float* HWY_RESTRICT scores, int64_t s_stride, const uint8_t* v_ahead,
-                               int64_t v_tile_bytes) {
+// Scores of heads [0, kH) of qs against every key tile: scores[h * s_stride + t] = qs[h] · K(t)
+// for t < n rounded up to whole tiles (lanes past n hold garbage the caller never reads). Lanes are
+// keys, so each score is one FMA chain over the head dimension in order, whatever kH and whichever
+// other heads share the pass: a row's attention is bitwise the same alone (decode) or in a block
+// (verification), which exact speculative decoding needs. Q8_0 keys (T = int8_t) come in blocks of
+// 32 dimensions: each key vector is widened and scaled by its cells' scales once for all kH heads,
+// then takes part in the same chain.
+template <int kH, typename T>
+HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T* HWY_RESTRICT kt, int n,
+                             float* HWY_RESTRICT scores, int64_t s_stride, const uint8_t* v_ahead,
+                             int64_t v_tile_bytes) {
   const hn::ScalableTag<float> d;
   constexpr int N = static_cast<int>(hn::MaxLanes(d));
-  constexpr int kV = ops::kAttentionKeyTile / N;
-  constexpr int kB = ops::kAttentionQ8Block;
-  const int blocks = head_dim / kB;
-  const int64_t tile_bytes = static_cast<int64_t>(blocks) * ops::kAttentionQ8KeyBlockBytes;
-  const int64_t v_step = v_tile_bytes / head_dim;
+  constexpr int kV = ops::kAttentionKeyTile / N;  // vectors per tile row
+  constexpr bool kQ8 = std::is_same_v<T, int8_t>;
+  constexpr int64_t kRowBytes = ops::kAttentionKeyTile * static_cast<int64_t>(sizeof(T));
+  // A tile is `blocks` blocks of block_dims rows (one dimension of 32 cells each), Q8_0 blocks
+  // followed by their cells' scales.
+  const int block_dims = kQ8 ? ops::kAttentionQ8Block : head_dim;
+  const int blocks = head_dim / block_dims;
+  const int64_t block_bytes = kQ8 ? ops::kAttentionQ8KeyBlockBytes : head_dim * kRowBytes;
+  const int64_t tile_bytes = blocks * block_bytes;
+  const int64_t v_step = v_tile_bytes / head_dim;  // V bytes to prefetch per dimension of a tile
   for (int t0 = 0; t0 < n; t0 += ops::kAttentionKeyTile) {
-    const int8_t* tile = kt + (t0 / ops::kAttentionKeyTile) * tile_bytes;
+    const uint8_t* tile = reinterpret_cast<const uint8_t*>(kt) + (t0 / ops::kAttentionKeyTile) * tile_bytes;
     const bool more = t0 + ops::kAttentionKeyTile < n;
     const uint8_t* v_tile = v_ahead == nullptr ? nullptr : v_ahead + (t0 / ops::kAttentionKeyTile) * v_tile_bytes;
     hn::Vec<decltype(d)> acc[kH][kV];
     for (int h = 0; h < kH; ++h)
       for (int v = 0; v < kV; ++v) acc[h][v] = hn::Zero(d);
     for (int b = 0; b < blocks; ++b) {
-      const int8_t* block = tile + b * ops::kAttentionQ8KeyBlockBytes;
-      const float* block_scales = reinterpret_cast<const float*>(block + kB * ops::kAttentionKeyTile);
+      const uint8_t* block = tile + b * block_bytes;
+      const uint8_t* block_scales = block + ops::kAttentionQ8Block * kRowBytes;  // Q8_0 only
       hn::Vec<decltype(d)> sv[kV];
-      for (int v = 0; v < kV; ++v) sv[v] = hn::LoadU(d, block_scales + v * N);
-      for (int i = 0; i < kB; ++i) {
-        const int8_t* row = block + i * ops::kAttentionKeyTile;
-        const int dim = b * kB + i;
-        // The same block of the next tile: its 16 lines of keys (two dimensions a line) and 2 of scales.
-        if (more && i % 2 == 0) __builtin_prefetch(row + tile_bytes);
-        if (more && i < 2) __builtin_prefetch(reinterpret_cast<const int8_t*>(block_scales) + tile_bytes + i * 64);
+      if constexpr (kQ8)
+        for (int v = 0; v < kV; ++v) sv[v] = hn::LoadU(d, reinterpret_cast<const float*>(block_scales) + v * N);
+      for (int i = 0; i < block_dims; ++i) {
+        const int dim = b * block_dims + i;
+        const uint8_t* row = block + i * kRowBytes;
+        // The next tile is one sequential stream: a line ahead per line of rows keeps it coming
+        // (and for Q8_0 the two lines of its block's scales).
+        if (more && (i * kRowBytes) % 64 == 0) __builtin_prefetch(row + tile_bytes);
+        if (kQ8 && more && i < 2) __builtin_prefetch(block_scales + tile_bytes + i * 64);
+        // The values of this tile's keys (v_ahead: nullptr for none), spread over its dimensions.
         if (v_ahead != nullptr)
           for (int64_t o = dim * v_step; o < (dim + 1) * v_step; o += 64) __builtin_prefetch(v_tile + o);
         hn::Vec<decltype(d)> kv[kV];
-        for (int v = 0; v < kV; ++v) kv[v] = hn::Mul(LoadQ8(d, row + v * N), sv[v]);
+        for (int v = 0; v < kV; ++v) {
+          if constexpr (kQ8) {
+            kv[v] = hn::Mul(LoadQ8(d, reinterpret_cast<const int8_t*>(row) + v * N), sv[v]);
+          } else {
+            kv[v] = LoadKv(d, reinterpret_cast<const T*>(row) + v * N);
+          }
+        }
         for (int h = 0; h < kH; ++h) {
           const auto qv = hn::Set(d, qs[h * head_dim + dim]);
           for (int v = 0; v < kV; ++v) acc[h][v] = hn::MulAdd(qv, kv[v], acc[h][v]);
@@ -154,50 +172,6 @@ HWY_NOINLINE void TileScoresQ8(const float* HWY_RESTRICT qs, int head_dim, const
     }
     for (int h = 0; h < kH; ++h)
       for (int v = 0; v < kV; ++v) hn::StoreU(acc[h][v], d, scores + h * s_stride + t0 + v * N);
-  }
-}
-
-// Scores of heads [0, kH) of qs against every key tile: scores[h * s_stride + t] = qs[h] · K(t)
-// for t < n rounded up to whole tiles (lanes past n hold garbage the caller never reads). Lanes are
-// keys, so each score is one FMA chain over the head dimension in order, whatever kH and whichever
-// other heads share the pass: a row's attention is bitwise the same alone (decode) or in a block
-// (verification), which exact speculative decoding needs.
-template <int kH, typename T>
-HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T* HWY_RESTRICT kt, int n,
-                             float* HWY_RESTRICT scores, int64_t s_stride, const uint8_t* v_ahead,
-                             int64_t v_tile_bytes) {
-  if constexpr (std::is_same_v<T, int8_t>) {
-    return TileScoresQ8<kH>(qs, head_dim, kt, n, scores, s_stride, v_ahead, v_tile_bytes);
-  } else {
-  const hn::ScalableTag<float> d;
-  constexpr int N = static_cast<int>(hn::MaxLanes(d));
-  constexpr int kV = ops::kAttentionKeyTile / N;  // vectors per tile row
-  const int64_t tile_elems = static_cast<int64_t>(head_dim) * ops::kAttentionKeyTile;
-  const int64_t v_step = v_tile_bytes / head_dim;  // V bytes to prefetch per dimension of a tile
-  for (int t0 = 0; t0 < n; t0 += ops::kAttentionKeyTile) {
-    const T* tile = kt + (t0 / ops::kAttentionKeyTile) * tile_elems;
-    const bool more = t0 + ops::kAttentionKeyTile < n;
-    const uint8_t* v_tile = v_ahead == nullptr ? nullptr : v_ahead + (t0 / ops::kAttentionKeyTile) * v_tile_bytes;
-    hn::Vec<decltype(d)> acc[kH][kV];
-    for (int h = 0; h < kH; ++h)
-      for (int v = 0; v < kV; ++v) acc[h][v] = hn::Zero(d);
-    for (int i = 0; i < head_dim; ++i) {
-      const T* row = tile + i * ops::kAttentionKeyTile;
-      // The next tile is one sequential stream: one line ahead per dimension keeps it coming.
-      if (more && (i * ops::kAttentionKeyTile * static_cast<int>(sizeof(T))) % 64 == 0) __builtin_prefetch(row + tile_elems);
-      // The values of this tile's keys (v_ahead: nullptr for none), spread over its dimensions.
-      if (v_ahead != nullptr)
-        for (int64_t b = i * v_step; b < (i + 1) * v_step; b += 64) __builtin_prefetch(v_tile + b);
-      hn::Vec<decltype(d)> kv[kV];
-      for (int v = 0; v < kV; ++v) kv[v] = LoadKv(d, row + v * N);
-      for (int h = 0; h < kH; ++h) {
-        const auto qv = hn::Set(d, qs[h * head_dim + i]);
-        for (int v = 0; v < kV; ++v) acc[h][v] = hn::MulAdd(qv, kv[v], acc[h][v]);
-      }
-    }
-    for (int h = 0; h < kH; ++h)
-      for (int v = 0; v < kV; ++v) hn::StoreU(acc[h][v], d, scores + h * s_stride + t0 + v * N);
-  }
   }
 }
 
