@@ -576,6 +576,36 @@ TEST(LosslessCacheTypes, GreedyEqualsPlainForEveryCacheType) {
   Loaded target = Load(testing::WriteTiny(spec, "lossless_cache_types"));
   for (const DType type : {DType::kF32, DType::kF16, DType::kQ8_0})
     ExpectVerifyEqualsDecodeAndGreedyLossless(target, pool, type, std::string("cache ") + std::string(DTypeName(type)));
+  // Continuous batching on a Q8_0 cache: 8 requests over 3 slots, prompt chunks sharing passes with
+  // other sequences' verification rows (prompt lookup drafts the repeats); each output equals the
+  // same request decoded alone on a Q8_0 cache.
+  NgramDrafter lookup(NgramOptions{1, 3});
+  BatchEngineOptions bo;
+  bo.n_parallel = 3;
+  bo.n_ctx = 256;
+  bo.prefill_chunk = 7;
+  bo.schedule.n_max = 6;
+  bo.kv_type = DType::kQ8_0;
+  BatchEngine engine(*target.model, *target.tok, pool, bo, &lookup);
+  SpeculativeEngine solo(*target.model, *target.tok, pool, 256, nullptr, {}, 512, DType::kQ8_0);
+  std::vector<std::vector<int32_t>> prompts, outputs(8);
+  GenerateOptions go;
+  go.max_new_tokens = 24;
+  go.ignore_eos = true;
+  for (int r = 0; r < 8; ++r) {
+    std::vector<int32_t> p = {1};
+    for (int rep = 0; rep < 2; ++rep)  // a repeated phrase: something for the lookup to propose
+      for (int i = 0; i < 4 + r % 5; ++i) p.push_back(3 + (r * 29 + i * 17) % 280);
+    prompts.push_back(p);
+    ASSERT_TRUE(engine.Submit(p, go, nullptr, [&outputs, r](GenerateResult&& res) { outputs[r] = res.ids; }).ok());
+  }
+  ASSERT_TRUE(engine.RunUntilIdle().ok());
+  for (int r = 0; r < 8; ++r) {
+    auto want = solo.GenerateFromIds(prompts[r], go);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(outputs[r], want->ids) << "request " << r;
+  }
+  EXPECT_GT(engine.cumulative_stats().num_draft_tokens, 0);
   // A model whose heads are not multiples of 32 is refused a Q8_0 cache with a reason.
   SynthSpec odd = testing::TinySpec("qwen3", DType::kF32);  // head_dim 16
   Loaded small = Load(testing::WriteTiny(odd, "lossless_cache_odd"));
