@@ -98,8 +98,10 @@ int RunServe(ServeFlags f) {
   if (!server.ok()) return Fail(server.status());
   auto port = (*server)->Bind();
   if (!port.ok()) return Fail(port.status());
-  DSPARK_LOG_INFO("serve: {} on http://{}:{} | parallel {} | ctx {} | threads {} | spec {} | chat template {} | api key {}",
-                  f.server.model_name, f.server.host, *port, f.parallel, n_ctx, pool.num_threads(), f.drafter.type,
+  DSPARK_LOG_INFO("serve: {} on http://{}:{} | parallel {} | ctx {} | KV cache {}, {:.0f} MiB | threads {} | spec {} | "
+                  "chat template {} | api key {}",
+                  f.server.model_name, f.server.host, *port, f.parallel, n_ctx, DTypeName(f.cache_type),
+                  engine.cache_bytes() / 1048576.0, pool.num_threads(), f.drafter.type,
                   f.server.chat_template.empty() ? "none" : "yes", f.server.api_key.empty() ? "off" : "on");
   if (f.server.host != "127.0.0.1" && f.server.host != "localhost" && f.server.api_key.empty())
     DSPARK_LOG_WARN("serve: listening on {} without --api-key: anyone who can reach it can use it", f.server.host);

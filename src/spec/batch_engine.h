@@ -85,6 +85,8 @@ class BatchEngine {
   // Cost of a target pass by row count; profiled on first need (adaptive scheduling).
   const CostModel& cost_model();
   const BatchEngineOptions& options() const { return options_; }
+  // Bytes the target's KV cache reserves for all slots.
+  size_t cache_bytes() const { return cache_.bytes(); }
 
  private:
   struct Sequence;
