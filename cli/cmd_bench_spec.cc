@@ -165,7 +165,7 @@ int RunSpecBench(const SpecBenchFlags& f) {
   // consecutive runs use different prompts, so no drafter cache carries a prompt to its next run.
   // Per prompt and setting the median decode time of the repetitions counts.
   if (Status ok = KvCache::Supports(model.config(), f.cache_type); !ok.ok()) return Fail(ok);
-  SpeculativeEngine plain(model, tok, pool, n_ctx, nullptr, {}, 512, f.cache_type);
+  SpeculativeEngine plain(model, tok, pool, n_ctx, nullptr, {}, f.cache_type);
   std::vector<std::vector<int32_t>> plain_ids(n_prompts), prompt_ids(n_prompts);
   for (int pi = 0; pi < n_prompts; ++pi) {
     EncodeOptions eo;
@@ -194,7 +194,7 @@ int RunSpecBench(const SpecBenchFlags& f) {
           own = std::move(*d);
           drafter = own.get();
         }
-        SpeculativeEngine engine(model, tok, pool, n_ctx, drafter, schedules[gi], 512, f.cache_type);
+        SpeculativeEngine engine(model, tok, pool, n_ctx, drafter, schedules[gi], f.cache_type);
         auto sr = engine.Generate((*prompts)[pi], opt);
         if (!sr.ok()) return Fail(sr.status());
         results[gi + 1][pi].push_back(std::move(*sr));

@@ -84,7 +84,7 @@ int RunGenerate(GenerateFlags f) {
   if (Status s = ValidateSamplingParams(opt.sampling); !s.ok()) return Fail(s);
 
   if (Status ok = KvCache::Supports(model.config(), f.cache_type); !ok.ok()) return Fail(ok);
-  SpeculativeEngine plain(model, tok, pool, n_ctx, nullptr, {}, 512, f.cache_type);
+  SpeculativeEngine plain(model, tok, pool, n_ctx, nullptr, {}, f.cache_type);
   const bool speculative = f.drafter.type != "none";
   std::optional<GenerateResult> plain_result;
   if (f.compare || f.drafter.type == "synthetic") {
@@ -107,7 +107,7 @@ int RunGenerate(GenerateFlags f) {
     f.schedule.mode = ScheduleMode::kCost;
     f.schedule.adaptive = true;  // the engine profiles the verify cost model for adaptive schedules
   }
-  SpeculativeEngine engine(model, tok, pool, n_ctx, drafter->get(), f.schedule, 512, f.cache_type);
+  SpeculativeEngine engine(model, tok, pool, n_ctx, drafter->get(), f.schedule, f.cache_type);
 
   auto result = engine.Generate(f.prompt, opt, [&](int32_t, std::string_view text, TokenSource) {
     if (!f.json && !text.empty()) {

@@ -82,16 +82,21 @@ HWY_INLINE const uint8_t* ValueAddress(const T* v, int64_t v_stride, int64_t t, 
   }
 }
 
+// The scale of the Q8_0 value block at `a` (ValueAddress), and its int8 elements.
+HWY_INLINE float Q8BlockScale(const uint8_t* a) {
+  float scale;
+  std::memcpy(&scale, a, sizeof(float));
+  return scale;
+}
+HWY_INLINE const int8_t* Q8BlockValues(const uint8_t* a) { return reinterpret_cast<const int8_t*>(a + sizeof(float)); }
+
 // Value row t, columns [col, col + lanes) as floats (a vector never straddles a Q8_0 block: 32
 // is a multiple of the lanes).
 template <class D, typename T>
 HWY_INLINE hn::Vec<D> LoadValue(D d, const T* v, int64_t v_stride, int64_t t, int64_t col) {
   const uint8_t* a = ValueAddress(v, v_stride, t, col);
   if constexpr (std::is_same_v<T, int8_t>) {
-    float scale;
-    std::memcpy(&scale, a, sizeof(float));
-    return hn::Mul(LoadQ8(d, reinterpret_cast<const int8_t*>(a + sizeof(float)) + col % ops::kAttentionQ8Block),
-                   hn::Set(d, scale));
+    return hn::Mul(LoadQ8(d, Q8BlockValues(a) + col % ops::kAttentionQ8Block), hn::Set(d, Q8BlockScale(a)));
   } else {
     return LoadKv(d, reinterpret_cast<const T*>(a));
   }
@@ -100,9 +105,7 @@ template <typename T>
 HWY_INLINE float ValueElement(const T* v, int64_t v_stride, int64_t t, int64_t col) {
   const uint8_t* a = ValueAddress(v, v_stride, t, col);
   if constexpr (std::is_same_v<T, int8_t>) {
-    float scale;
-    std::memcpy(&scale, a, sizeof(float));
-    return static_cast<float>(reinterpret_cast<const int8_t*>(a + sizeof(float))[col % ops::kAttentionQ8Block]) * scale;
+    return static_cast<float>(Q8BlockValues(a)[col % ops::kAttentionQ8Block]) * Q8BlockScale(a);
   } else {
     T x;
     std::memcpy(&x, a, sizeof(T));

@@ -15,7 +15,7 @@ BatchEngineOptions SingleSlot(int n_ctx, ScheduleOptions schedule, int prefill_c
 }  // namespace
 
 SpeculativeEngine::SpeculativeEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& pool, int n_ctx,
-                                     Drafter* drafter, ScheduleOptions schedule, int prefill_chunk, DType kv_type)
+                                     Drafter* drafter, ScheduleOptions schedule, DType kv_type, int prefill_chunk)
     : tokenizer_(tokenizer),
       engine_(target, tokenizer, pool, SingleSlot(n_ctx, schedule, prefill_chunk, kv_type), drafter) {}
 

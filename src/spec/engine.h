@@ -15,8 +15,8 @@ class SpeculativeEngine {
   // `drafter` may be null (plain decoding). n_ctx: the target KV cache size (prompt + output);
   // kv_type: its element type (KvCache::Supports must accept it for the target).
   SpeculativeEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& pool, int n_ctx,
-                    Drafter* drafter = nullptr, ScheduleOptions schedule = {}, int prefill_chunk = 512,
-                    DType kv_type = DType::kF16);
+                    Drafter* drafter = nullptr, ScheduleOptions schedule = {}, DType kv_type = DType::kF16,
+                    int prefill_chunk = 512);
 
   Result<GenerateResult> Generate(std::string_view prompt, const GenerateOptions& options,
                                   const TokenCallback& on_token = nullptr);

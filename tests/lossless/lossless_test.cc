@@ -520,7 +520,7 @@ void ExpectVerifyEqualsDecodeAndGreedyLossless(Loaded& target, ThreadPool& pool,
         << label << " row " << i;
   }
   // Plain decoding with this cache type (ReferenceGreedy uses the default cache).
-  SpeculativeEngine plain(*target.model, *target.tok, pool, 256, nullptr, {}, 512, cache_type);
+  SpeculativeEngine plain(*target.model, *target.tok, pool, 256, nullptr, {}, cache_type);
   GenerateOptions go;
   go.max_new_tokens = n;
   auto plain_r = plain.GenerateFromIds(prompt, go);
@@ -536,7 +536,7 @@ void ExpectVerifyEqualsDecodeAndGreedyLossless(Loaded& target, ThreadPool& pool,
     SyntheticDrafter drafter(reference, c.n_vocab, 0.7);
     ScheduleOptions so;
     so.n_max = n_max;
-    SpeculativeEngine engine(*target.model, *target.tok, pool, 256, &drafter, so, 512, cache_type);
+    SpeculativeEngine engine(*target.model, *target.tok, pool, 256, &drafter, so, cache_type);
     auto r = engine.GenerateFromIds(prompt, go);
     ASSERT_TRUE(r.ok()) << r.status().message();
     ASSERT_EQ(r->ids, want) << label << " n_max " << n_max;
@@ -587,7 +587,7 @@ TEST(LosslessCacheTypes, GreedyEqualsPlainForEveryCacheType) {
   bo.schedule.n_max = 6;
   bo.kv_type = DType::kQ8_0;
   BatchEngine engine(*target.model, *target.tok, pool, bo, &lookup);
-  SpeculativeEngine solo(*target.model, *target.tok, pool, 256, nullptr, {}, 512, DType::kQ8_0);
+  SpeculativeEngine solo(*target.model, *target.tok, pool, 256, nullptr, {}, DType::kQ8_0);
   std::vector<std::vector<int32_t>> prompts, outputs(8);
   GenerateOptions go;
   go.max_new_tokens = 24;
