@@ -1,5 +1,5 @@
-// Shared driver of the packed-layout MatMul kernels (matmul_packed-inl.h: Q8_0;
-// matmul_packed_k-inl.h: Q4_K, Q6_K): the group geometry, the quantised activations as the
+// Shared driver of the packed-layout MatMul kernels (matmul_packed-inl.h: Q8_0, Q4_0;
+// matmul_packed_k-inl.h: Q4_K, Q5_K, Q6_K): the group geometry, the quantised activations as the
 // kernels read them, and the loop that splits 16-row weight groups over the pool and applies each
 // column tile of a group to every chunk of activation rows while the tile sits in L1.
 //

@@ -545,10 +545,12 @@ void ExpectVerifyEqualsDecodeAndGreedyLossless(Loaded& target, ThreadPool& pool,
 }
 
 // Each weight type's kernels (BF16: vdpbf16ps on AMD CPUs with AVX-512 BF16, F32 FMAs elsewhere;
-// Q8_0: VNNI or not), with both BF16 paths.
+// the quantised types: packed VNNI layouts where the CPU has them, the row layout elsewhere), with
+// both BF16 paths.
 TEST(LosslessWeightTypes, GreedyEqualsPlainForEveryTargetWeightType) {
   ThreadPool pool(2);
-  for (const DType type : {DType::kF16, DType::kBF16, DType::kQ8_0}) {
+  for (const DType type : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
+                           DType::kQ6_K}) {
     SynthSpec spec = testing::TinySpec("qwen3", type);
     spec.seed = 11;
     spec.tied_embeddings = false;
