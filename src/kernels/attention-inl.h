@@ -7,7 +7,9 @@
 // the heads of all the rows in the call (a verification block shares every load), and each score
 // is the same FMA chain whoever else is in the call. Values stay row-major; each V row is read
 // once per pass of up to 4 heads (6 with AVX-512) with the accumulators in registers, and a call
-// with several rows prefetches them during its first score pass.
+// with several rows prefetches them during its first score pass. Q8_0 keys are tiled by 4
+// dimensions per dword ([8 quads][32 cells][4], see ops.h) so their scores are integer dot products
+// of the quantised query (TileScoresQ8).
 #if defined(DSPARK_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef DSPARK_KERNELS_ATTENTION_INL_H_
 #undef DSPARK_KERNELS_ATTENTION_INL_H_
@@ -25,6 +27,8 @@
 
 #include "hwy/highway.h"
 #include "kernels/elementwise-inl.h"  // SoftmaxWithExtra
+#include "kernels/kv_quant.h"          // QuantizeQ8Block
+#include "kernels/matmul_vnni-inl.h"   // DSPARK_HAVE_VNNI, DpbusdBcast, CvtI32
 #include "kernels/ops.h"               // kAttentionKeyTile
 #include "util/dtype.h"
 #include "util/fp16.h"
@@ -113,13 +117,12 @@ HWY_INLINE float ValueElement(const T* v, int64_t v_stride, int64_t t, int64_t c
   }
 }
 
-// Scores of heads [0, kH) of qs against every key tile: scores[h * s_stride + t] = qs[h] · K(t)
-// for t < n rounded up to whole tiles (lanes past n hold garbage the caller never reads). Lanes are
-// keys, so each score is one FMA chain over the head dimension in order, whatever kH and whichever
-// other heads share the pass: a row's attention is bitwise the same alone (decode) or in a block
-// (verification), which exact speculative decoding needs. Q8_0 keys (T = int8_t) come in blocks of
-// 32 dimensions: each key vector is widened and scaled by its cells' scales once for all kH heads,
-// then takes part in the same chain.
+// Scores of heads [0, kH) of qs against every key tile (float or half keys): scores[h * s_stride +
+// t] = qs[h] · K(t) for t < n rounded up to whole tiles (lanes past n hold garbage the caller never
+// reads). Lanes are keys, so each score is one FMA chain over the head dimension in order, whatever
+// kH and whichever other heads share the pass: a row's attention is bitwise the same alone (decode)
+// or in a block (verification), which exact speculative decoding needs. v_ahead (nullptr: none):
+// the values of the tiles, prefetched as the keys stream past, v_tile_bytes per tile.
 template <int kH, typename T>
 HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T* HWY_RESTRICT kt, int n,
                              float* HWY_RESTRICT scores, int64_t s_stride, const uint8_t* v_ahead,
@@ -127,14 +130,8 @@ HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T
   const hn::ScalableTag<float> d;
   constexpr int N = static_cast<int>(hn::MaxLanes(d));
   constexpr int kV = ops::kAttentionKeyTile / N;  // vectors per tile row
-  constexpr bool kQ8 = std::is_same_v<T, int8_t>;
   constexpr int64_t kRowBytes = ops::kAttentionKeyTile * static_cast<int64_t>(sizeof(T));
-  // A tile is `blocks` blocks of block_dims rows (one dimension of 32 cells each), Q8_0 blocks
-  // followed by their cells' scales.
-  const int block_dims = kQ8 ? ops::kAttentionQ8Block : head_dim;
-  const int blocks = head_dim / block_dims;
-  const int64_t block_bytes = kQ8 ? ops::kAttentionQ8KeyBlockBytes : head_dim * kRowBytes;
-  const int64_t tile_bytes = blocks * block_bytes;
+  const int64_t tile_bytes = head_dim * kRowBytes;
   const int64_t v_step = v_tile_bytes / head_dim;  // V bytes to prefetch per dimension of a tile
   for (int t0 = 0; t0 < n; t0 += ops::kAttentionKeyTile) {
     const uint8_t* tile = reinterpret_cast<const uint8_t*>(kt) + (t0 / ops::kAttentionKeyTile) * tile_bytes;
@@ -143,34 +140,18 @@ HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T
     hn::Vec<decltype(d)> acc[kH][kV];
     for (int h = 0; h < kH; ++h)
       for (int v = 0; v < kV; ++v) acc[h][v] = hn::Zero(d);
-    for (int b = 0; b < blocks; ++b) {
-      const uint8_t* block = tile + b * block_bytes;
-      const uint8_t* block_scales = block + ops::kAttentionQ8Block * kRowBytes;  // Q8_0 only
-      hn::Vec<decltype(d)> sv[kV];
-      if constexpr (kQ8)
-        for (int v = 0; v < kV; ++v) sv[v] = hn::LoadU(d, reinterpret_cast<const float*>(block_scales) + v * N);
-      for (int i = 0; i < block_dims; ++i) {
-        const int dim = b * block_dims + i;
-        const uint8_t* row = block + i * kRowBytes;
-        // The next tile is one sequential stream: a line ahead per line of rows keeps it coming
-        // (and for Q8_0 the two lines of its block's scales).
-        if (more && (i * kRowBytes) % 64 == 0) __builtin_prefetch(row + tile_bytes);
-        if (kQ8 && more && i < 2) __builtin_prefetch(block_scales + tile_bytes + i * 64);
-        // The values of this tile's keys (v_ahead: nullptr for none), spread over its dimensions.
-        if (v_ahead != nullptr)
-          for (int64_t o = dim * v_step; o < (dim + 1) * v_step; o += 64) __builtin_prefetch(v_tile + o);
-        hn::Vec<decltype(d)> kv[kV];
-        for (int v = 0; v < kV; ++v) {
-          if constexpr (kQ8) {
-            kv[v] = hn::Mul(LoadQ8(d, reinterpret_cast<const int8_t*>(row) + v * N), sv[v]);
-          } else {
-            kv[v] = LoadKv(d, reinterpret_cast<const T*>(row) + v * N);
-          }
-        }
-        for (int h = 0; h < kH; ++h) {
-          const auto qv = hn::Set(d, qs[h * head_dim + dim]);
-          for (int v = 0; v < kV; ++v) acc[h][v] = hn::MulAdd(qv, kv[v], acc[h][v]);
-        }
+    for (int i = 0; i < head_dim; ++i) {
+      const uint8_t* row = tile + i * kRowBytes;
+      // The next tile is one sequential stream: a line ahead per line of rows keeps it coming.
+      if (more && (i * kRowBytes) % 64 == 0) __builtin_prefetch(row + tile_bytes);
+      // The values of this tile's keys (v_ahead: nullptr for none), spread over its dimensions.
+      if (v_ahead != nullptr)
+        for (int64_t o = i * v_step; o < (i + 1) * v_step; o += 64) __builtin_prefetch(v_tile + o);
+      hn::Vec<decltype(d)> kv[kV];
+      for (int v = 0; v < kV; ++v) kv[v] = LoadKv(d, reinterpret_cast<const T*>(row) + v * N);
+      for (int h = 0; h < kH; ++h) {
+        const auto qv = hn::Set(d, qs[h * head_dim + i]);
+        for (int v = 0; v < kV; ++v) acc[h][v] = hn::MulAdd(qv, kv[v], acc[h][v]);
       }
     }
     for (int h = 0; h < kH; ++h)
@@ -178,17 +159,168 @@ HWY_NOINLINE void TileScores(const float* HWY_RESTRICT qs, int head_dim, const T
   }
 }
 
-// TileScores for `rest` (1..kMax) heads in one pass: the template argument is chosen at run time.
-template <int kMax, typename T>
-HWY_INLINE void ScoresOfRest(int rest, const float* HWY_RESTRICT qs, int head_dim, const T* HWY_RESTRICT kt, int n,
-                             float* HWY_RESTRICT scores, int64_t s_stride, const uint8_t* v_ahead,
-                             int64_t v_tile_bytes) {
-  if constexpr (kMax <= 1) {
-    TileScores<1, T>(qs, head_dim, kt, n, scores, s_stride, v_ahead, v_tile_bytes);
-  } else {
-    if (rest == kMax) return TileScores<kMax, T>(qs, head_dim, kt, n, scores, s_stride, v_ahead, v_tile_bytes);
-    ScoresOfRest<kMax - 1, T>(rest, qs, head_dim, kt, n, scores, s_stride, v_ahead, v_tile_bytes);
+// The queries of a call over Q8_0 keys, quantised per head and 32 dimensions (QuantizeQ8Block of
+// the scaled query, as llama.cpp quantises activations for its q8_0 dot): head h's q at q + h *
+// head_dim (int8, for vpdpbusd) and again as floats at qf + h * head_dim; its scales at d + h *
+// blocks and corr = -128 * Σ q per block at corr + h * blocks (removes the keys' +128 offset).
+struct QueryQ8 {
+  const int8_t* q = nullptr;
+  const float* qf = nullptr;
+  const float* d = nullptr;
+  const int32_t* corr = nullptr;
+  int head_dim = 0, blocks = 0;
+  QueryQ8 Heads(int h0) const {
+    return {q + h0 * head_dim, qf + h0 * head_dim, d + h0 * blocks, corr + h0 * blocks, head_dim, blocks};
   }
+};
+
+// Scores of heads [0, kH) against Q8_0 key tiles, as TileScores: per cell and 32-dimension block b,
+// s_b = Σ q · (k + 128) - 128 Σ q = Σ q · k exactly, then score = Σ_b s_b · (key scale · query
+// scale) in block order. Every term and partial sum of s_b is an integer below 2^24, so float FMAs
+// over the widened bytes (this portable form) and vpdpbusd (TileScoresQ8Vnni) give the same s_b,
+// and a row's scores are bitwise the same on both, alone or in a block.
+template <int kH>
+HWY_NOINLINE void TileScoresQ8(const QueryQ8& qq, const uint8_t* HWY_RESTRICT kt, int n, float* HWY_RESTRICT scores,
+                               int64_t s_stride, const uint8_t* v_ahead, int64_t v_tile_bytes) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const hn::RebindToSigned<decltype(d)> di;
+  constexpr int N = static_cast<int>(hn::MaxLanes(d));
+  constexpr int kV = ops::kAttentionKeyTile / N;  // cell groups of a tile
+  constexpr int kQuadBytes = 4 * ops::kAttentionKeyTile;
+  const int64_t tile_bytes = qq.blocks * ops::kAttentionQ8KeyBlockBytes;
+  const int64_t v_step = v_tile_bytes / (qq.blocks * 8);  // V bytes to prefetch per quad of a tile
+  const auto byte_mask = hn::Set(du, 0xFFu);
+  for (int t0 = 0; t0 < n; t0 += ops::kAttentionKeyTile) {
+    const uint8_t* tile = kt + (t0 / ops::kAttentionKeyTile) * tile_bytes;
+    const bool more = t0 + ops::kAttentionKeyTile < n;
+    const uint8_t* v_tile = v_ahead == nullptr ? nullptr : v_ahead + (t0 / ops::kAttentionKeyTile) * v_tile_bytes;
+    for (int v = 0; v < kV; ++v) {  // cells [v * N, v * N + N) of the tile
+      hn::Vec<decltype(d)> acc[kH];
+      for (int h = 0; h < kH; ++h) acc[h] = hn::Zero(d);
+      for (int b = 0; b < qq.blocks; ++b) {
+        const uint8_t* block = tile + b * ops::kAttentionQ8KeyBlockBytes;
+        const float* key_scales = reinterpret_cast<const float*>(block + 8 * kQuadBytes);
+        hn::Vec<decltype(d)> sum[kH];
+        for (int h = 0; h < kH; ++h) sum[h] = hn::Set(d, static_cast<float>(qq.corr[h * qq.blocks + b]));
+        for (int quad = 0; quad < 8; ++quad) {
+          const uint8_t* row = block + quad * kQuadBytes;
+          if (v == 0) {
+            // The next tile (two lines per quad, two of scales) and this tile's values ahead.
+            if (more) {
+              __builtin_prefetch(row + tile_bytes);
+              __builtin_prefetch(row + 64 + tile_bytes);
+              if (quad < 2) __builtin_prefetch(block + 8 * kQuadBytes + 64 * quad + tile_bytes);
+            }
+            if (v_ahead != nullptr) {
+              const int64_t step = b * 8 + quad;
+              for (int64_t o = step * v_step; o < (step + 1) * v_step; o += 64) __builtin_prefetch(v_tile + o);
+            }
+          }
+          // N cells' dwords: byte j of each is dimension 4 * quad + j, plus 128.
+          const auto w = hn::LoadU(du, reinterpret_cast<const uint32_t*>(row) + v * N);
+          const hn::Vec<decltype(d)> kf[4] = {
+              hn::ConvertTo(d, hn::BitCast(di, hn::And(w, byte_mask))),
+              hn::ConvertTo(d, hn::BitCast(di, hn::And(hn::ShiftRight<8>(w), byte_mask))),
+              hn::ConvertTo(d, hn::BitCast(di, hn::And(hn::ShiftRight<16>(w), byte_mask))),
+              hn::ConvertTo(d, hn::BitCast(di, hn::ShiftRight<24>(w)))};
+          for (int j = 0; j < 4; ++j)
+            for (int h = 0; h < kH; ++h)
+              sum[h] = hn::MulAdd(hn::Set(d, qq.qf[h * qq.head_dim + b * 32 + 4 * quad + j]), kf[j], sum[h]);
+        }
+        const auto ks = hn::LoadU(d, key_scales + v * N);
+        for (int h = 0; h < kH; ++h) acc[h] = hn::MulAdd(sum[h], hn::Mul(ks, hn::Set(d, qq.d[h * qq.blocks + b])), acc[h]);
+      }
+      for (int h = 0; h < kH; ++h) hn::StoreU(acc[h], d, scores + h * s_stride + t0 + v * N);
+    }
+  }
+}
+
+#if DSPARK_HAVE_VNNI
+// TileScoresQ8 with vpdpbusd: one instruction multiplies 4 dimensions of 16 cells by 4 query bytes
+// (16 multiply-adds per float FMA's 1 per lane) into the exact integer s_b; the same float steps
+// after it, so the scores are bitwise those of TileScoresQ8.
+template <int kH>
+DSPARK_VNNI_ATTR HWY_NOINLINE void TileScoresQ8Vnni(const QueryQ8& qq, const uint8_t* HWY_RESTRICT kt, int n,
+                                                    float* HWY_RESTRICT scores, int64_t s_stride, const uint8_t* v_ahead,
+                                                    int64_t v_tile_bytes) {
+  static_assert(ops::kAttentionKeyTile == 32, "two vectors of 16 cells per tile");
+  constexpr int kQuadBytes = 4 * ops::kAttentionKeyTile;
+  const int64_t tile_bytes = qq.blocks * ops::kAttentionQ8KeyBlockBytes;
+  const int64_t v_step = v_tile_bytes / (qq.blocks * 8);
+  for (int t0 = 0; t0 < n; t0 += ops::kAttentionKeyTile) {
+    const uint8_t* tile = kt + (t0 / ops::kAttentionKeyTile) * tile_bytes;
+    const bool more = t0 + ops::kAttentionKeyTile < n;
+    const uint8_t* v_tile = v_ahead == nullptr ? nullptr : v_ahead + (t0 / ops::kAttentionKeyTile) * v_tile_bytes;
+    __m512 acc[kH][2];
+    for (int h = 0; h < kH; ++h) acc[h][0] = acc[h][1] = _mm512_setzero_ps();
+    for (int b = 0; b < qq.blocks; ++b) {
+      const uint8_t* block = tile + b * ops::kAttentionQ8KeyBlockBytes;
+      const auto* key_scales = reinterpret_cast<const float*>(block + 8 * kQuadBytes);
+      __m512i sum[kH][2];
+      for (int h = 0; h < kH; ++h) sum[h][0] = sum[h][1] = _mm512_set1_epi32(qq.corr[h * qq.blocks + b]);
+      for (int quad = 0; quad < 8; ++quad) {
+        const uint8_t* row = block + quad * kQuadBytes;
+        if (more) {
+          __builtin_prefetch(row + tile_bytes);
+          __builtin_prefetch(row + 64 + tile_bytes);
+          if (quad < 2) __builtin_prefetch(block + 8 * kQuadBytes + 64 * quad + tile_bytes);
+        }
+        if (v_ahead != nullptr) {
+          const int64_t step = b * 8 + quad;
+          for (int64_t o = step * v_step; o < (step + 1) * v_step; o += 64) __builtin_prefetch(v_tile + o);
+        }
+        const __m512i w0 = _mm512_loadu_si512(row), w1 = _mm512_loadu_si512(row + 64);
+        for (int h = 0; h < kH; ++h) {
+          const auto* qw = reinterpret_cast<const int32_t*>(qq.q + h * qq.head_dim + b * 32 + 4 * quad);
+          DpbusdBcast(sum[h][0], w0, qw);
+          DpbusdBcast(sum[h][1], w1, qw);
+        }
+      }
+      const __m512 ks0 = _mm512_loadu_ps(key_scales), ks1 = _mm512_loadu_ps(key_scales + 16);
+      for (int h = 0; h < kH; ++h) {
+        const __m512 qd = _mm512_set1_ps(qq.d[h * qq.blocks + b]);
+        acc[h][0] = _mm512_fmadd_ps(CvtI32(sum[h][0]), _mm512_mul_ps(ks0, qd), acc[h][0]);
+        acc[h][1] = _mm512_fmadd_ps(CvtI32(sum[h][1]), _mm512_mul_ps(ks1, qd), acc[h][1]);
+      }
+    }
+    for (int h = 0; h < kH; ++h) {
+      _mm512_storeu_ps(scores + h * s_stride + t0, acc[h][0]);
+      _mm512_storeu_ps(scores + h * s_stride + t0 + 16, acc[h][1]);
+    }
+  }
+}
+#endif  // DSPARK_HAVE_VNNI
+
+// Whether Q8_0 scores run on vpdpbusd here (the same numbers either way).
+inline bool UseQ8ScoresVnni() {
+#if DSPARK_HAVE_VNNI
+  return true;
+#else
+  return false;
+#endif
+}
+
+// pass(std::integral_constant<int, k>(), h0) for the `rest` (1..kMax) heads from h0 in one pass:
+// the head count is a template argument chosen at run time.
+template <int kMax, class Pass>
+HWY_INLINE void PassOfRest(int rest, int h0, const Pass& pass) {
+  if constexpr (kMax <= 1) {
+    pass(std::integral_constant<int, 1>(), h0);
+  } else {
+    if (rest == kMax) return pass(std::integral_constant<int, kMax>(), h0);
+    PassOfRest<kMax - 1>(rest, h0, pass);
+  }
+}
+
+// Passes of kH heads over n_q heads, then the rest in one pass too: a decode step of a model with 3
+// query heads per KV head (Qwen-style GQA) is all rest, and one head per pass loaded and widened
+// every key tile 3 times.
+template <int kH, class Pass>
+HWY_INLINE void ScorePasses(int n_q, const Pass& pass) {
+  int h0 = 0;
+  for (; h0 + kH <= n_q; h0 += kH) pass(std::integral_constant<int, kH>(), h0);
+  if (h0 < n_q) PassOfRest<kH - 1>(n_q - h0, h0, pass);
 }
 
 // out[h] = Σ_t p[h * p_stride + t] · V(t) for one column block of kVecs full vectors: the keys
@@ -261,9 +393,13 @@ HWY_INLINE void GroupValues(const float* HWY_RESTRICT p, int64_t p_stride, int h
   }
 }
 
+// Scratch floats: the scaled queries [n_q][head_dim], the scores [n_q][n_pad], and for Q8_0 keys
+// the quantised queries (int8 [n_q][head_dim], then per head and block a scale and a correction).
 inline int64_t AttentionScratchImpl(int n_q, int n, int head_dim) {
   const int64_t n_pad = (n + ops::kAttentionKeyTile - 1) / ops::kAttentionKeyTile * ops::kAttentionKeyTile;
-  return static_cast<int64_t>(n_q) * head_dim + static_cast<int64_t>(n_q) * n_pad;
+  const int64_t blocks = (head_dim + ops::kAttentionQ8Block - 1) / ops::kAttentionQ8Block;
+  return static_cast<int64_t>(n_q) * head_dim + static_cast<int64_t>(n_q) * n_pad +
+         static_cast<int64_t>(n_q) * ((head_dim + 3) / 4 + 2 * blocks);
 }
 
 template <typename T>
@@ -290,7 +426,6 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
       std::fill_n(out + (h / heads_per_row) * out_stride + (h % heads_per_row) * head_dim_v, head_dim_v, 0.f);
     return;
   }
-  int h0 = 0;
   // With several rows' heads, the first score pass also prefetches V, tile by tile as it reads K,
   // so the value pass finds it in cache: a pass finds a layer's K/V evicted by the weights streamed
   // since the layer last ran (kernels_bench AttentionCold, medians of 5 alternating runs, 4 rows:
@@ -299,14 +434,53 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
   // they gained nothing and cost the Qwen3-0.6B shape up to 8%.
   const auto* v_ahead = n_q >= kPrefetchValuesHeads ? reinterpret_cast<const uint8_t*>(v) : nullptr;
   const int64_t v_tile_bytes = static_cast<int64_t>(ops::kAttentionKeyTile) * ValueRowBytes<T>(v_stride);
-  for (; h0 + kH <= n_q; h0 += kH)
-    TileScores<kH, T>(qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad, h0 == 0 ? v_ahead : nullptr,
-                      v_tile_bytes);
-  // The rest in one pass too: a decode step of a model with 3 query heads per KV head (Qwen-style
-  // GQA) is all rest, and one head per pass loaded and widened every key tile 3 times.
-  if (h0 < n_q)
-    ScoresOfRest<kH - 1, T>(n_q - h0, qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad,
-                            h0 == 0 ? v_ahead : nullptr, v_tile_bytes);
+  if constexpr (std::is_same_v<T, int8_t>) {
+    // Q8_0 keys: the queries quantised per head and 32 dimensions (QueryQ8), as integers and as the
+    // same integers in float (qs, which only the scores read).
+    QueryQ8 qq;
+    qq.head_dim = head_dim;
+    qq.blocks = head_dim / ops::kAttentionQ8Block;
+    auto* q8 = reinterpret_cast<int8_t*>(sc + static_cast<int64_t>(n_q) * n_pad);
+    auto* qd = reinterpret_cast<float*>(q8 + static_cast<int64_t>(n_q) * head_dim);
+    auto* qc = reinterpret_cast<int32_t*>(qd + static_cast<int64_t>(n_q) * qq.blocks);
+    for (int h = 0; h < n_q; ++h)
+      for (int b = 0; b < qq.blocks; ++b) {
+        const int64_t o = static_cast<int64_t>(h) * head_dim + b * ops::kAttentionQ8Block;
+        qd[h * qq.blocks + b] = QuantizeQ8Block(qs + o, q8 + o);
+        int32_t sum = 0;
+        for (int i = 0; i < ops::kAttentionQ8Block; ++i) {
+          sum += q8[o + i];
+          qs[o + i] = static_cast<float>(q8[o + i]);
+        }
+        qc[h * qq.blocks + b] = -128 * sum;
+      }
+    qq.q = q8;
+    qq.qf = qs;
+    qq.d = qd;
+    qq.corr = qc;
+    const auto* keys = reinterpret_cast<const uint8_t*>(kt);
+    if (UseQ8ScoresVnni()) {
+#if DSPARK_HAVE_VNNI
+      // 2 x kH int32 and 2 x kH float accumulators, 2 key vectors and their scales: 6 heads fill 28
+      // of the 32 registers.
+      ScorePasses<6>(n_q, [&](auto heads, int h0) {
+        TileScoresQ8Vnni<decltype(heads)::value>(qq.Heads(h0), keys, n, sc + h0 * n_pad, n_pad,
+                                                 h0 == 0 ? v_ahead : nullptr, v_tile_bytes);
+      });
+#endif
+    } else {
+      // kH float sums and accumulators plus 4 widened key vectors: half the registers on AVX2.
+      ScorePasses<N >= 16 ? 12 : 4>(n_q, [&](auto heads, int h0) {
+        TileScoresQ8<decltype(heads)::value>(qq.Heads(h0), keys, n, sc + h0 * n_pad, n_pad,
+                                             h0 == 0 ? v_ahead : nullptr, v_tile_bytes);
+      });
+    }
+  } else {
+    ScorePasses<kH>(n_q, [&](auto heads, int h0) {
+      TileScores<decltype(heads)::value, T>(qs + h0 * head_dim, head_dim, kt, n, sc + h0 * n_pad, n_pad,
+                                            h0 == 0 ? v_ahead : nullptr, v_tile_bytes);
+    });
+  }
 
   const float kNegInf = -std::numeric_limits<float>::infinity();
   for (int h = 0; h < n_q; ++h) {
@@ -340,47 +514,11 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
   }
 }
 
-// Query heads from which a Q8_0 call first widens its keys and values to f32 once (then attends
-// as over an F32 cache): every score pass widens and scales the key tiles again, every value pass
-// of 6 heads the values, which made prefill over a Q8_0 cache 10-26% slower than over F16. Each
-// element is the same int8 * scale product either way, summed in the same order, so a row's result
-// does not depend on which path its call took.
-inline constexpr int kQ8WidenOnceHeads = 24;
-
-// The Q8_0 keys of cells [0, n) as f32 tiles ([tile][head_dim][32]) and values as f32 rows
-// ([n][head_dim_v]).
-inline void WidenQ8(const int8_t* kt, const int8_t* v, int64_t v_stride, int head_dim, int head_dim_v, int n,
-                    std::vector<float>& k_out, std::vector<float>& v_out) {
-  const hn::ScalableTag<float> d;
-  constexpr int N = static_cast<int>(hn::MaxLanes(d));
-  constexpr int kT = ops::kAttentionKeyTile, kB = ops::kAttentionQ8Block;
-  const int tiles = (n + kT - 1) / kT, blocks = head_dim / kB;
-  k_out.resize(static_cast<size_t>(tiles) * head_dim * kT);
-  for (int t = 0; t < tiles; ++t)
-    for (int b = 0; b < blocks; ++b) {
-      const int8_t* block = kt + (static_cast<int64_t>(t) * blocks + b) * ops::kAttentionQ8KeyBlockBytes;
-      const float* scales = reinterpret_cast<const float*>(block + kB * kT);
-      float* dst = k_out.data() + (static_cast<size_t>(t) * head_dim + b * kB) * kT;
-      for (int i = 0; i < kB; ++i)
-        for (int c = 0; c < kT; c += N)
-          hn::StoreU(hn::Mul(LoadQ8(d, block + i * kT + c), hn::LoadU(d, scales + c)), d, dst + i * kT + c);
-    }
-  v_out.resize(static_cast<size_t>(n) * head_dim_v);
-  for (int t = 0; t < n; ++t)
-    for (int c = 0; c < head_dim_v; c += N) hn::StoreU(LoadValue(d, v, v_stride, t, c), d, v_out.data() + t * head_dim_v + c);
-}
-
 inline void AttentionImpl(const float* q, int64_t q_stride, int n_q, int heads_per_row, int head_dim, int head_dim_v,
                           DType kv_type, const void* kt, const void* v, int64_t v_stride, int n, int shared,
                           const uint8_t* visible, float scale, const float* sinks, float* scratch, float* out,
                           int64_t out_stride) {
-  if (kv_type == DType::kQ8_0 && n_q >= kQ8WidenOnceHeads) {
-    thread_local std::vector<float> k_wide, v_wide;
-    WidenQ8(static_cast<const int8_t*>(kt), static_cast<const int8_t*>(v), v_stride, head_dim, head_dim_v, n, k_wide,
-            v_wide);
-    AttentionT(q, q_stride, n_q, heads_per_row, head_dim, head_dim_v, k_wide.data(), v_wide.data(), head_dim_v, n,
-               shared, visible, scale, sinks, scratch, out, out_stride);
-  } else if (kv_type == DType::kQ8_0) {
+  if (kv_type == DType::kQ8_0) {
     AttentionT(q, q_stride, n_q, heads_per_row, head_dim, head_dim_v, static_cast<const int8_t*>(kt),
                static_cast<const int8_t*>(v), v_stride, n, shared, visible, scale, sinks, scratch, out, out_stride);
   } else if (kv_type == DType::kF16) {

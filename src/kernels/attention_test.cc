@@ -45,7 +45,8 @@ float QuantizeBlock(const float* x, int8_t* q, int q_stride, float* x8) {
   return d;
 }
 
-// Keys of n cells ([n][head_dim]) in the Q8_0 tile layout of ops::Attention; k8: their values.
+// Keys of n cells ([n][head_dim]) in the Q8_0 tile layout of ops::Attention (per 32-dimension
+// block [8 quads][32 cells][4] bytes q + 128, then the cells' scales); k8: their values.
 std::vector<uint8_t> TileKeysQ8(const std::vector<float>& k, int n, int head_dim, std::vector<float>& k8) {
   const int tiles = (n + ops::kAttentionKeyTile - 1) / ops::kAttentionKeyTile;
   const int blocks = head_dim / ops::kAttentionQ8Block;
@@ -56,11 +57,27 @@ std::vector<uint8_t> TileKeysQ8(const std::vector<float>& k, int n, int head_dim
       uint8_t* block = kt.data() + (static_cast<size_t>(t / ops::kAttentionKeyTile) * blocks + b) *
                                        ops::kAttentionQ8KeyBlockBytes;
       const size_t x = static_cast<size_t>(t) * head_dim + b * ops::kAttentionQ8Block;
-      const float d = QuantizeBlock(k.data() + x, reinterpret_cast<int8_t*>(block) + t % ops::kAttentionKeyTile,
-                                    ops::kAttentionKeyTile, k8.data() + x);
-      std::memcpy(block + ops::kAttentionQ8Block * ops::kAttentionKeyTile + 4 * (t % ops::kAttentionKeyTile), &d, 4);
+      int8_t q[ops::kAttentionQ8Block];
+      const float d = QuantizeBlock(k.data() + x, q, 1, k8.data() + x);
+      const int cell = t % ops::kAttentionKeyTile;
+      for (int i = 0; i < ops::kAttentionQ8Block; ++i)
+        block[i / 4 * 4 * ops::kAttentionKeyTile + 4 * cell + i % 4] = static_cast<uint8_t>(q[i] + 128);
+      std::memcpy(block + ops::kAttentionQ8Block * ops::kAttentionKeyTile + 4 * cell, &d, 4);
     }
   return kt;
+}
+
+// The queries as attention over Q8_0 keys sees them: each head's scaled query rounded to Q8_0 per
+// 32 dimensions, then unscaled again (the reference applies the scale itself).
+std::vector<float> QueriesQ8(const std::vector<float>& q, int head_dim, float scale) {
+  std::vector<float> out(q.size()), scaled(ops::kAttentionQ8Block), deq(ops::kAttentionQ8Block);
+  int8_t qi[ops::kAttentionQ8Block];
+  for (size_t o = 0; o + ops::kAttentionQ8Block <= q.size(); o += ops::kAttentionQ8Block) {
+    for (int i = 0; i < ops::kAttentionQ8Block; ++i) scaled[i] = q[o + i] * scale;
+    QuantizeBlock(scaled.data(), qi, 1, deq.data());
+    for (int i = 0; i < ops::kAttentionQ8Block; ++i) out[o + i] = deq[i] / scale;
+  }
+  return out;
 }
 
 // Values of n cells ([n][head_dim_v]) as Q8_0 rows {f32 d, 32 int8} per block; v8: their values.
@@ -91,6 +108,7 @@ struct Data {
   std::vector<uint16_t> kt16;
   std::vector<uint8_t> kt8, v8;  // Q8_0 layouts (head sizes that are multiples of 32)
   std::vector<float> kr8, vr8;   // the values they hold
+  std::vector<float> qr8;        // the queries as scores over Q8_0 keys round them
   std::vector<uint8_t> visible;  // [rows][n - shared]
   bool q8() const { return c.head_dim % ops::kAttentionQ8Block == 0 && c.head_dim_v % ops::kAttentionQ8Block == 0; }
   std::vector<DType> Types() const {
@@ -115,6 +133,7 @@ struct Data {
     if (q8()) {
       kt8 = TileKeysQ8(k, c.n, c.head_dim, kr8);
       v8 = RowsQ8(v, c.n, c.head_dim_v, vr8);
+      qr8 = QueriesQ8(q, c.head_dim, Scale());
     }
     std::mt19937 rng(c.n + c.rows);
     visible.assign(static_cast<size_t>(c.rows) * (c.n - c.shared), 1);
@@ -157,7 +176,7 @@ const Case kCases[] = {{1, 2, 128, 128, 520, 520},  {8, 2, 128, 128, 520, 512}, 
                        {3, 3, 64, 64, 45, 40},      {11, 2, 80, 80, 19, 0},     {2, 6, 16, 24, 7, 2, true},
                        {2, 1, 7, 9, 5, 5},          {4, 9, 24, 40, 33, 30},     {5, 3, 64, 64, 600, 590, true},
                        {1, 4, 16, 16, 64, 64, true},
-                       // 27 heads (a 9-row block with 3 heads per K/V head): a Q8_0 cache widened once.
+                       // 27 heads (a 9-row block with 3 heads per K/V head) and 80: several passes.
                        {9, 3, 64, 64, 300, 292},    {40, 2, 128, 64, 77, 37}};
 
 TEST(Attention, MatchesReferenceOnEveryTarget) {
@@ -179,7 +198,7 @@ TEST(Attention, MatchesReferenceOnEveryTarget) {
                           data.vr.data(), c.head_dim_v, seen.data(), static_cast<int>(seen.size()), data.Scale(),
                           data.Sinks(), want16.data() + qo * c.head_dim_v);
       if (data.q8())
-        ref::AttentionGroup(data.q.data() + qo * c.head_dim, hpr, c.head_dim, c.head_dim_v, data.kr8.data(),
+        ref::AttentionGroup(data.qr8.data() + qo * c.head_dim, hpr, c.head_dim, c.head_dim_v, data.kr8.data(),
                             c.head_dim, data.vr8.data(), c.head_dim_v, seen.data(), static_cast<int>(seen.size()),
                             data.Scale(), data.Sinks(), want8.data() + qo * c.head_dim_v);
     }

@@ -144,13 +144,6 @@ inline constexpr int64_t kMinTaskMacs = int64_t{1} << 16;
 
 #if DSPARK_HAVE_VNNI
 
-// acc += vpdpbusd(w, broadcast *a) with the broadcast embedded in the instruction ({1to16}): GCC
-// emits a separate vpbroadcastd for _mm512_set1_epi32 of memory, twice the instructions in the
-// kernels' inner loops.
-DSPARK_VNNI_ATTR HWY_INLINE void DpbusdBcast(__m512i& acc, __m512i w, const int32_t* a) {
-  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
-}
-
 // The float outputs f[j] += h · da of a kernel's kM activation rows (f_io: [kM][16]): in registers
 // up to kPackedRowChunk rows, past that in f_io (the registers go to the rows' integer and scale
 // accumulators: one load and store per super-block and row). The same operations in the same

@@ -45,6 +45,12 @@ namespace HWY_NAMESPACE {
 // Zero-masking forms of these intrinsics: the plain ones start from _mm512_undefined_ps(), which
 // GCC 12 reports as -Wuninitialized under -Werror.
 DSPARK_VNNI_ATTR HWY_INLINE __m512 CvtI32(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
+// acc += vpdpbusd(w, broadcast *a) with the broadcast embedded in the instruction ({1to16}): GCC
+// emits a separate vpbroadcastd for _mm512_set1_epi32 of memory, twice the instructions in the
+// kernels' inner loops.
+DSPARK_VNNI_ATTR HWY_INLINE void DpbusdBcast(__m512i& acc, __m512i w, const int32_t* a) {
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
+}
 DSPARK_VNNI_ATTR HWY_INLINE float ReduceAdd(__m512 v) {
   const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
   const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));

@@ -88,8 +88,11 @@ void ConvertToF16(const float* x, int64_t n, uint16_t* dst);
 // [tile][head_dim][kAttentionKeyTile] (element i of cell t at kt[(t / 32 * head_dim + i) * 32 + t % 32]).
 inline constexpr int kAttentionKeyTile = 32;
 // Q8_0 K/V (kv_type kQ8_0, head sizes a multiple of kAttentionQ8Block): a key tile is head_dim / 32
-// blocks of [32 dims][32 cells] int8 followed by the 32 cells' f32 scales; a value row is
-// head_dim_v / 32 blocks of {f32 scale, 32 int8}. Element = int8 * scale.
+// blocks of [8 dimension quads][32 cells][4 dims] uint8 (q + 128: dimension 4i + j of cell c at
+// byte 128i + 4c + j) followed by the 32 cells' f32 scales; a value row is head_dim_v / 32 blocks of
+// {f32 scale, 32 int8}. Element = q * scale. Scores over Q8_0 keys quantise the (scaled) query to
+// Q8_0 per head and 32 dimensions, as llama.cpp's q8_0 dot does, and sum q_query * q_key exactly in
+// integers (vpdpbusd on AVX-512 VNNI; exact float sums elsewhere, the same numbers).
 inline constexpr int kAttentionQ8Block = 32;
 inline constexpr int kAttentionQ8KeyBlockBytes = kAttentionQ8Block * kAttentionKeyTile + kAttentionKeyTile * 4;
 inline constexpr int kAttentionQ8ValueBlockBytes = 4 + kAttentionQ8Block;

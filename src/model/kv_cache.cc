@@ -4,23 +4,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/kv_quant.h"
 #include "kernels/ops.h"
 
 namespace dspark {
 
 namespace {
-// Q8_0 blocks of the cache (ops::kAttentionQ8Block elements): one f32 scale d = max|x| / 127 and
-// q = round(x / d), as ggml's quantize_row_q8_0 (with an f32 d).
 constexpr size_t kQ8 = ops::kAttentionQ8Block;
-
-float QuantizeQ8Block(const float* x, int8_t* q, size_t q_stride) {
-  float amax = 0.f;
-  for (size_t i = 0; i < kQ8; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const float d = amax / 127.f;
-  const float id = d != 0.f ? 1.f / d : 0.f;
-  for (size_t i = 0; i < kQ8; ++i) q[i * q_stride] = static_cast<int8_t>(std::lround(x[i] * id));
-  return d;
-}
 }  // namespace
 
 Status KvCache::Supports(const ModelConfig& c, DType type) {
@@ -96,10 +86,14 @@ void KvCache::WriteK(int layer, int seq, int cell, const float* k) {
     uint8_t* tile = k_ + KHeadOffset(layer, seq, h) + tile_offset;
     const float* kh = k + h * head_dim_;
     if (type_ == DType::kQ8_0) {
-      // Per 32-dimension block: the cell's lane of [32 dims][32 cells] int8, then its scale.
+      // Per 32-dimension block: the cell's dword in each of the 8 dimension quads ([8][32 cells][4]
+      // bytes q + 128, the unsigned operand of vpdpbusd), then its scale.
       for (size_t b = 0; b < head_dim_ / kQ8; ++b) {
         uint8_t* block = tile + b * ops::kAttentionQ8KeyBlockBytes;
-        const float d = QuantizeQ8Block(kh + b * kQ8, reinterpret_cast<int8_t*>(block) + lane, kTile);
+        int8_t q[kQ8];
+        const float d = QuantizeQ8Block(kh + b * kQ8, q);
+        for (size_t i = 0; i < kQ8; ++i)
+          block[i / 4 * (4 * kTile) + lane * 4 + i % 4] = static_cast<uint8_t>(q[i] + 128);
         std::memcpy(block + kQ8 * kTile + lane * sizeof(float), &d, sizeof(float));
       }
       continue;
