@@ -1,5 +1,5 @@
 // MatMul over weights repacked at load time ("packed layout", ops::PackWeights), AVX-512 VNNI:
-// the Q8_0 and Q4_0 formats and the dispatch over formats (Q4_K, Q5_K and Q6_K:
+// the 32-column block formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and the dispatch over formats (Q4_K, Q5_K and Q6_K:
 // matmul_packed_k-inl.h; the shared driver: matmul_packed_common-inl.h).
 //
 // Why: with weights in ggml's row layout, a decode step (m = 1) computes one row dot at a time and
@@ -21,10 +21,10 @@
 // -128 * (sum of the block's 32 activation bytes), as in matmul_vnni-inl.h; per-block products are
 // then scaled by d * da in float, like the reference.
 //
-// Q4_0 keeps its nibbles (4 quads of 64 bytes per block: 288 bytes per 16 rows x 32 columns with
-// the scales) and runs the same kernel; its operands are the low and high nibbles of each load and
-// its offset is 8. Before this layout it ran in the row layout: Qwen3-0.6B shape, 2 threads, decode
-// 61-62 tok/s against 107-112 packed, a 4-row verification pass 34-36 ms against 14-15.
+// Q4_0, Q4_1, Q5_0 and Q5_1 keep their nibbles (4 quads of 64 bytes per block, the Q5 types 64
+// bytes of fifth bits more) and run the same kernel (PackedBlock32). Before these layouts they ran
+// in the row layout: Qwen3-0.6B shape, Q4_0, 2 threads, decode 61-62 tok/s against 107-112 packed,
+// a 4-row verification pass 34-36 ms against 14-15.
 //
 // Only AVX3_DL compiles the kernels; other targets report PackedBytes = 0 and MatMul keeps using
 // the original rows, which every packed view still points to (ops::WeightView::data).
@@ -55,48 +55,80 @@ namespace HWY_NAMESPACE {
 
 #if DSPARK_HAVE_VNNI
 
-// Q8_0 and Q4_0 (kNibbles): a group is the scale region [nblocks][16] fp16 d (padded to 64 bytes),
-// then per block of 32 columns its operand quads, [quad][16 rows][4 bytes]:
+// The 32-column block formats: Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1. A group is the scale region,
+// [nblocks][16] fp16 d and for Q4_1 / Q5_1 then [nblocks][16] fp16 m (padded to 64 bytes), then per
+// block of 32 columns its operand quads, [quad][16 rows][4 bytes]:
 //   Q8_0: 8 quads, u = q + 128 (the unsigned operand of vpdpbusd);
-//   Q4_0: 4 quads of nibbles, byte k of quad i holding q of column 4i + k in its low nibble and of
-//     column 16 + 4i + k in its high one (ggml's block order, q in [0, 15] for x = d * (q - 8)).
-// Operand quad i < 8 is column quad i of the block either way (Q4_0: quads 4-7 are the high
-// nibbles), so both formats run the same kernel; the offset (128 or 8) is removed exactly in
-// integers by starting each block's accumulator at -offset * Σ a.
-template <bool kNibbles>
+//   Q4_x / Q5_x: 4 quads of nibbles, byte k of quad i holding q of column 4i + k in its low nibble
+//     and of column 16 + 4i + k in its high one (ggml's block order); Q5_x then a 64-byte plane of
+//     fifth bits: bit i of byte b is the fifth bit of byte b of operand quad i (one GFNI affine
+//     moves it to bit 4).
+// Operand quad i < 8 is column quad i of the block either way (quads 4-7 are the high nibbles), so
+// every format runs the same kernel. Offsets (Q8_0 128, Q4_0 8, Q5_0 16) are removed exactly in
+// integers by starting each block's accumulator at -offset * Σ a; the min of Q4_1 / Q5_1 adds
+// m * da * Σ a per block and row (PackedActs::asum), as ggml's q4_1 dot does with q8_1's s.
+template <DType kType>
 struct PackedBlock32 {
-  using Block = std::conditional_t<kNibbles, BlockQ4_0, BlockQ8_0>;
+  static constexpr bool kNibbles = kType != DType::kQ8_0;
+  static constexpr bool kHighBit = kType == DType::kQ5_0 || kType == DType::kQ5_1;
+  static constexpr bool kMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;
+  static constexpr int32_t kOffset = kType == DType::kQ8_0 ? 128 : kType == DType::kQ4_0 ? 8 : kType == DType::kQ5_0 ? 16 : 0;
+  using Block = std::conditional_t<
+      kType == DType::kQ8_0, BlockQ8_0,
+      std::conditional_t<kType == DType::kQ4_0, BlockQ4_0,
+                         std::conditional_t<kType == DType::kQ4_1, BlockQ4_1,
+                                            std::conditional_t<kType == DType::kQ5_0, BlockQ5_0, BlockQ5_1>>>>;
   static constexpr int64_t kUnitCols = 32;
-  static constexpr int64_t kUnitBytes = kPackedRows * (kNibbles ? 16 : 32);
-  static constexpr int32_t kOffset = kNibbles ? 8 : 128;
+  static constexpr int64_t kOperandBytes = kPackedRows * (kNibbles ? 16 : 32);
+  static constexpr int64_t kUnitBytes = kOperandBytes + (kHighBit ? 64 : 0);
   static constexpr int kSub = 32;
   static constexpr bool kKQuant = false;
   static constexpr bool kInterleavedActs = false;  // reads ActRows::a (see Kernel)
-  // 16 blocks of 16 rows = 8.5 KiB (Q4_0: 32 blocks, 9 KiB).
+  // ~8.5-10 KiB of blocks per column tile.
   static constexpr int64_t kTileUnits = kNibbles ? 32 : 16;
 
   static int64_t HeaderBytes(int64_t units) {
-    return static_cast<int64_t>(kernels::RoundUp(static_cast<size_t>(units * kPackedRows * 2), 64));
+    return static_cast<int64_t>(kernels::RoundUp(static_cast<size_t>(units * kPackedRows * 2 * (kMin ? 2 : 1)), 64));
+  }
+
+  // q of the block's 32 columns in column order, unsigned (ggml's stored values, fifth bit included).
+  static void Quants(const Block& b, uint8_t* q) {
+    if constexpr (!kNibbles) {
+      for (int c = 0; c < 32; ++c) q[c] = static_cast<uint8_t>(b.qs[c] + 128);
+    } else {
+      uint32_t qh = 0;
+      if constexpr (kHighBit) std::memcpy(&qh, b.qh, 4);
+      for (int c = 0; c < 16; ++c) {
+        q[c] = static_cast<uint8_t>((b.qs[c] & 0xF) | (((qh >> c) & 1) << 4));
+        q[c + 16] = static_cast<uint8_t>((b.qs[c] >> 4) | (((qh >> (c + 16)) & 1) << 4));
+      }
+    }
   }
 
   static void PackGroup(const ops::WeightView& w, const PackedLayout& g, int64_t group, uint8_t* dst) {
     const size_t row_bytes = RowBytes(w.type, w.cols);
     auto* scales = reinterpret_cast<uint16_t*>(dst);
     uint8_t* quants = dst + g.header_bytes;
-    std::memset(dst, 0, static_cast<size_t>(g.header_bytes));
-    for (int64_t l = 0; l < kPackedRows; ++l) {
+    std::memset(dst, 0, static_cast<size_t>(g.group_bytes));  // padding rows: d = m = 0, q = 0
+    for (int64_t l = 0; l < kPackedRows && group * kPackedRows + l < w.rows; ++l) {
       const int64_t r = group * kPackedRows + l;
-      const auto* blk = r < w.rows ? reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w.data) + r * row_bytes)
-                                   : nullptr;
+      const auto* blk = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w.data) + r * row_bytes);
       for (int64_t b = 0; b < g.units; ++b) {
-        scales[b * kPackedRows + l] = blk ? blk[b].d : 0;  // padding rows: d = 0
-        uint8_t* q = quants + b * kUnitBytes + l * 4;
-        for (int quad = 0; quad < kUnitBytes / 64; ++quad)
+        scales[b * kPackedRows + l] = blk[b].d;
+        if constexpr (kMin) scales[(g.units + b) * kPackedRows + l] = blk[b].m;
+        uint8_t q[32];
+        Quants(blk[b], q);
+        uint8_t* unit = quants + b * kUnitBytes;
+        for (int quad = 0; quad < 8; ++quad)
           for (int k = 0; k < 4; ++k) {
-            if constexpr (kNibbles) {
-              q[quad * 64 + k] = blk ? blk[b].qs[quad * 4 + k] : 0;
+            const int byte = 4 * static_cast<int>(l) + k;  // in the operand vector
+            const uint8_t x = q[4 * quad + k];
+            if constexpr (!kNibbles) {
+              unit[quad * 64 + byte] = x;
             } else {
-              q[quad * 64 + k] = static_cast<uint8_t>((blk ? blk[b].qs[quad * 4 + k] : 0) + 128);
+              // Quads 0-3 fill the low nibbles, 4-7 the high ones of the same bytes.
+              unit[(quad & 3) * 64 + byte] |= static_cast<uint8_t>((x & 0xF) << (quad < 4 ? 0 : 4));
+              if constexpr (kHighBit) unit[kOperandBytes + byte] |= static_cast<uint8_t>((x >> 4) << quad);
             }
           }
       }
@@ -106,26 +138,45 @@ struct PackedBlock32 {
   // corr = -offset * Σ a per block: removes the excess of the unsigned operands in the accumulator.
   static void PrepareActs(const PackedActs& pa, int64_t j) { OffsetCorrection(pa, j, 32, kOffset); }
 
-  // Operand quad `quad` (0..7) of the block at q: Q4_0's quads 0-3 are the low nibbles of its 4
-  // loads and 4-7 the high ones (a shift and a mask: no GFNI needed, and the loads hit L1).
-  DSPARK_VNNI_ATTR static HWY_INLINE __m512i Operand(const uint8_t* HWY_RESTRICT q, int quad) {
+  // Operand quad `quad` (0..7) of the block at q: for the nibble formats quads 0-3 are the low
+  // nibbles of its 4 loads and 4-7 the high ones (a shift and a mask: no GFNI needed, and the
+  // loads hit L1), plus 16 where the quad's mask holds the fifth bit (Q5_x: a masked byte add).
+  DSPARK_VNNI_GFNI_ATTR static HWY_INLINE __m512i Operand(const uint8_t* HWY_RESTRICT q, int quad) {
     if constexpr (kNibbles) {
       const __m512i v = _mm512_load_si512(q + 64 * (quad & 3));
       const __m512i m4 = _mm512_set1_epi8(0x0F);
-      return quad < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      __m512i x = quad < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      if constexpr (kHighBit) {
+        // Bit `quad` of each byte of the fifth-bit plane to bit 4 (GF2P8AFFINEQB: output bit 4 is
+        // row byte 3 of the matrix), or-ed in.
+        const __m512i plane = _mm512_load_si512(q + kOperandBytes);
+        const __m512i bit = _mm512_gf2p8affine_epi64_epi8(plane, _mm512_set1_epi64(static_cast<int64_t>(1u << quad) << 24), 0);
+        x = _mm512_or_si512(x, bit);
+      }
+      return x;
     } else {
       return _mm512_load_si512(q + 64 * quad);
     }
   }
-  // One software prefetch per 64 bytes of the block (Q4_0: quads 0-3), kPackedPrefetch ahead.
+  // One software prefetch per 64 bytes of the block, kPackedPrefetch ahead.
   static HWY_INLINE void Prefetch(const uint8_t* q, int quad) {
     if constexpr (kPackedPrefetch > 0)
       if (quad < kUnitBytes / 64) _mm_prefetch(reinterpret_cast<const char*>(q + 64 * quad + kPackedPrefetch), _MM_HINT_T0);
   }
+  // The rows' min term of block b (Q4_1 / Q5_1): f += m * da * Σ a.
+  DSPARK_VNNI_GFNI_ATTR static HWY_INLINE __m512 AddMin(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t b,
+                                                   float asum, __m512 f) {
+    if constexpr (kMin) {
+      const auto* mins = reinterpret_cast<const __m256i*>(group) + g.units;
+      return _mm512_fmadd_ps(_mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(mins + b)), _mm512_set1_ps(asum), f);
+    } else {
+      return f;
+    }
+  }
 
   // kM <= 2 splits each block's 8 vpdpbusd over two chains: one chain is 8 dependent instructions.
   template <int kM>
-  DSPARK_VNNI_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t b0,
+  DSPARK_VNNI_GFNI_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t b0,
                                       int64_t b1, const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
     constexpr bool kSplit = kM <= 2;
     const auto* scales = reinterpret_cast<const __m256i*>(group);
@@ -164,6 +215,7 @@ struct PackedBlock32 {
         __m512i s = s0[j];
         if constexpr (kSplit) s = _mm512_add_epi32(s, s1[j]);
         f[j] = _mm512_fmadd_ps(CvtI32(s), _mm512_mul_ps(dw, _mm512_set1_ps(da[j][b])), f[j]);
+        f[j] = AddMin(group, g, b, pa.asum[(j0 + j) * pa.nsub + b], f[j]);
       }
     }
     for (int j = 0; j < kM; ++j) _mm512_store_ps(f_io + 16 * j, f[j]);
@@ -174,7 +226,7 @@ struct PackedBlock32 {
   // per-group work as on the blocks; two groups per pass halve both (the bundled draft model's
   // 4096 x 192 head, kernels_bench MatMulPackedHot, 1 thread: 10.6 -> 8.9 us). Each group's sums
   // and float chain are Kernel<1>'s.
-  DSPARK_VNNI_ATTR static void KernelPair(const uint8_t* HWY_RESTRICT group0, const PackedLayout& g, int64_t b0,
+  DSPARK_VNNI_GFNI_ATTR static void KernelPair(const uint8_t* HWY_RESTRICT group0, const PackedLayout& g, int64_t b0,
                                           int64_t b1, const PackedActs& pa, float* HWY_RESTRICT f_io) {
     const uint8_t* group1 = group0 + g.group_bytes;
     const auto* scales0 = reinterpret_cast<const __m256i*>(group0);
@@ -206,13 +258,18 @@ struct PackedBlock32 {
       const __m512 da = _mm512_set1_ps(rows.da[0][b]);
       f0 = _mm512_fmadd_ps(CvtI32(_mm512_add_epi32(s00, s01)), _mm512_mul_ps(dw0, da), f0);
       f1 = _mm512_fmadd_ps(CvtI32(_mm512_add_epi32(s10, s11)), _mm512_mul_ps(dw1, da), f1);
+      f0 = AddMin(group0, g, b, pa.asum[b], f0);
+      f1 = AddMin(group1, g, b, pa.asum[b], f1);
     }
     _mm512_store_ps(f_io, f0);
     _mm512_store_ps(f_io + 16, f1);
   }
 };
-using PackedQ8_0 = PackedBlock32<false>;
-using PackedQ4_0 = PackedBlock32<true>;
+using PackedQ8_0 = PackedBlock32<DType::kQ8_0>;
+using PackedQ4_0 = PackedBlock32<DType::kQ4_0>;
+using PackedQ4_1 = PackedBlock32<DType::kQ4_1>;
+using PackedQ5_0 = PackedBlock32<DType::kQ5_0>;
+using PackedQ5_1 = PackedBlock32<DType::kQ5_1>;
 
 inline size_t PackedBytesImpl(DType type, int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return 0;
@@ -221,12 +278,18 @@ inline size_t PackedBytesImpl(DType type, int64_t rows, int64_t cols) {
     if (cols % Format::kUnitCols != 0) return 0;
     return static_cast<size_t>(PackedLayoutOf<Format>(rows, cols).total());
   };
+  // The kernels are compiled for VNNI and GFNI (every AVX3_DL CPU has both; Highway 1.0.3 checks
+  // only VNNI).
+  if (!HasGfni()) return 0;
   switch (type) {
     case DType::kQ8_0: return bytes(PackedQ8_0());
     case DType::kQ4_0: return bytes(PackedQ4_0());
-    case DType::kQ4_K: return HasGfni() ? bytes(PackedQ4_K()) : 0;
-    case DType::kQ5_K: return HasGfni() ? bytes(PackedQ5_K()) : 0;
-    case DType::kQ6_K: return HasGfni() ? bytes(PackedQ6_K()) : 0;
+    case DType::kQ4_1: return bytes(PackedQ4_1());
+    case DType::kQ5_0: return bytes(PackedQ5_0());
+    case DType::kQ5_1: return bytes(PackedQ5_1());
+    case DType::kQ4_K: return bytes(PackedQ4_K());
+    case DType::kQ5_K: return bytes(PackedQ5_K());
+    case DType::kQ6_K: return bytes(PackedQ6_K());
     default: return 0;
   }
 }
@@ -235,6 +298,9 @@ inline void PackWeightsImpl(const ops::WeightView& w, void* dst, ThreadPool& poo
   switch (w.type) {
     case DType::kQ8_0: PackGroups<PackedQ8_0>(w, dst, pool); break;
     case DType::kQ4_0: PackGroups<PackedQ4_0>(w, dst, pool); break;
+    case DType::kQ4_1: PackGroups<PackedQ4_1>(w, dst, pool); break;
+    case DType::kQ5_0: PackGroups<PackedQ5_0>(w, dst, pool); break;
+    case DType::kQ5_1: PackGroups<PackedQ5_1>(w, dst, pool); break;
     case DType::kQ4_K: PackGroups<PackedQ4_K>(w, dst, pool); break;
     case DType::kQ5_K: PackGroups<PackedQ5_K>(w, dst, pool); break;
     case DType::kQ6_K: PackGroups<PackedQ6_K>(w, dst, pool); break;
@@ -247,6 +313,9 @@ inline void MatMulPackedImpl(const ops::WeightView& w, const float* x, int64_t m
     switch (w.type) {
       case DType::kQ8_0: MatMulPackedRun<PackedQ8_0>(w, x, m, y, pool); return;
       case DType::kQ4_0: MatMulPackedRun<PackedQ4_0>(w, x, m, y, pool); return;
+      case DType::kQ4_1: MatMulPackedRun<PackedQ4_1>(w, x, m, y, pool); return;
+      case DType::kQ5_0: MatMulPackedRun<PackedQ5_0>(w, x, m, y, pool); return;
+      case DType::kQ5_1: MatMulPackedRun<PackedQ5_1>(w, x, m, y, pool); return;
       case DType::kQ4_K: MatMulPackedRun<PackedQ4_K>(w, x, m, y, pool); return;
       case DType::kQ5_K: MatMulPackedRun<PackedQ5_K>(w, x, m, y, pool); return;
       case DType::kQ6_K: MatMulPackedRun<PackedQ6_K>(w, x, m, y, pool); return;

@@ -549,8 +549,8 @@ void ExpectVerifyEqualsDecodeAndGreedyLossless(Loaded& target, ThreadPool& pool,
 // both BF16 paths.
 TEST(LosslessWeightTypes, GreedyEqualsPlainForEveryTargetWeightType) {
   ThreadPool pool(2);
-  for (const DType type : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
-                           DType::kQ6_K}) {
+  for (const DType type : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                           DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     SynthSpec spec = testing::TinySpec("qwen3", type);
     spec.seed = 11;
     spec.tied_embeddings = false;
