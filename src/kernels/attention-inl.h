@@ -174,6 +174,23 @@ struct QueryQ8 {
   }
 };
 
+// Prefetches while scores read quad `quad` of Q8_0 key block b: the same bytes of the next tile
+// (next_tile: its distance, 0 for none; two lines per quad, and the two lines of the block's
+// scales), and this tile's values (v_tile: nullptr for none), v_step bytes per quad.
+HWY_INLINE void PrefetchQ8Quad(const uint8_t* block, int quad, int b, int64_t next_tile, const uint8_t* v_tile,
+                               int64_t v_step) {
+  constexpr int kQuadBytes = 4 * ops::kAttentionKeyTile;
+  if (next_tile > 0) {
+    __builtin_prefetch(block + quad * kQuadBytes + next_tile);
+    __builtin_prefetch(block + quad * kQuadBytes + 64 + next_tile);
+    if (quad < 2) __builtin_prefetch(block + 8 * kQuadBytes + 64 * quad + next_tile);
+  }
+  if (v_tile != nullptr) {
+    const int64_t step = b * 8 + quad;
+    for (int64_t o = step * v_step; o < (step + 1) * v_step; o += 64) __builtin_prefetch(v_tile + o);
+  }
+}
+
 // Scores of heads [0, kH) against Q8_0 key tiles, as TileScores: per cell and 32-dimension block b,
 // s_b = Σ q · (k + 128) - 128 Σ q = Σ q · k exactly, then score = Σ_b s_b · (key scale · query
 // scale) in block order. Every term and partial sum of s_b is an integer below 2^24, so float FMAs
@@ -205,18 +222,7 @@ HWY_NOINLINE void TileScoresQ8(const QueryQ8& qq, const uint8_t* HWY_RESTRICT kt
         for (int h = 0; h < kH; ++h) sum[h] = hn::Set(d, static_cast<float>(qq.corr[h * qq.blocks + b]));
         for (int quad = 0; quad < 8; ++quad) {
           const uint8_t* row = block + quad * kQuadBytes;
-          if (v == 0) {
-            // The next tile (two lines per quad, two of scales) and this tile's values ahead.
-            if (more) {
-              __builtin_prefetch(row + tile_bytes);
-              __builtin_prefetch(row + 64 + tile_bytes);
-              if (quad < 2) __builtin_prefetch(block + 8 * kQuadBytes + 64 * quad + tile_bytes);
-            }
-            if (v_ahead != nullptr) {
-              const int64_t step = b * 8 + quad;
-              for (int64_t o = step * v_step; o < (step + 1) * v_step; o += 64) __builtin_prefetch(v_tile + o);
-            }
-          }
+          if (v == 0) PrefetchQ8Quad(block, quad, b, more ? tile_bytes : 0, v_tile, v_step);
           // N cells' dwords: byte j of each is dimension 4 * quad + j, plus 128.
           const auto w = hn::LoadU(du, reinterpret_cast<const uint32_t*>(row) + v * N);
           const hn::Vec<decltype(d)> kf[4] = {
@@ -261,15 +267,7 @@ DSPARK_VNNI_ATTR HWY_NOINLINE void TileScoresQ8Vnni(const QueryQ8& qq, const uin
       for (int h = 0; h < kH; ++h) sum[h][0] = sum[h][1] = _mm512_set1_epi32(qq.corr[h * qq.blocks + b]);
       for (int quad = 0; quad < 8; ++quad) {
         const uint8_t* row = block + quad * kQuadBytes;
-        if (more) {
-          __builtin_prefetch(row + tile_bytes);
-          __builtin_prefetch(row + 64 + tile_bytes);
-          if (quad < 2) __builtin_prefetch(block + 8 * kQuadBytes + 64 * quad + tile_bytes);
-        }
-        if (v_ahead != nullptr) {
-          const int64_t step = b * 8 + quad;
-          for (int64_t o = step * v_step; o < (step + 1) * v_step; o += 64) __builtin_prefetch(v_tile + o);
-        }
+        PrefetchQ8Quad(block, quad, b, more ? tile_bytes : 0, v_tile, v_step);
         const __m512i w0 = _mm512_loadu_si512(row), w1 = _mm512_loadu_si512(row + 64);
         for (int h = 0; h < kH; ++h) {
           const auto* qw = reinterpret_cast<const int32_t*>(qq.q + h * qq.head_dim + b * 32 + 4 * quad);
