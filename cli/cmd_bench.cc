@@ -15,6 +15,7 @@
 #include "cli/cmd_bench_spec.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "kernels/cpu_target.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 
@@ -99,9 +100,9 @@ int RunPlainBench(const BenchFlags& f) {
   const bool has_bf16 = std::any_of(model.file().tensors().begin(), model.file().tensors().end(),
                                     [](const auto& t) { return t.type == DType::kBF16 && t.ne.size() >= 2; });
   if (has_bf16) weights += fmt::format(", BF16 multiplied with {}", ops::Bf16MatMulKernel());
-  std::fprintf(stderr, "dspark bench: %s, %s, %d threads, %s; KV cache %s, %.1f MiB for %d cells\n", f.model.c_str(),
-               c.arch.c_str(), pool.num_threads(), weights.c_str(), std::string(DTypeName(f.cache_type)).c_str(),
-               cache.bytes() / 1048576.0, n_ctx);
+  std::fprintf(stderr, "dspark bench: %s, %s, %d threads, %s kernels, %s; KV cache %s, %.1f MiB for %d cells\n",
+               f.model.c_str(), c.arch.c_str(), pool.num_threads(), kernels::CpuTargetName().c_str(), weights.c_str(),
+               std::string(DTypeName(f.cache_type)).c_str(), cache.bytes() / 1048576.0, n_ctx);
   const double copy_bw = CopyBandwidth(pool);
 
   // Warm-up: touches every weight page once so the first timed run does not pay page faults.
@@ -142,6 +143,7 @@ int RunPlainBench(const BenchFlags& f) {
   nlohmann::json j;
   j["model"] = f.model;
   j["threads"] = pool.num_threads();
+  j["cpu_target"] = kernels::CpuTargetName();
   j["repacked_bytes"] = model.PackedBytes();
   j["row_layout_copied_bytes"] = model.CopiedBytes();
   j["weights_on_huge_pages"] = model.WeightsOnHugePages();

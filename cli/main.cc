@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "kernels/cpu_target.h"
 #include "util/log.h"
 
 #ifndef DSPARK_VERSION
@@ -29,6 +30,13 @@ int main(int argc, char** argv) {
   CLI::App app{"dspark: lossless speculative decoding for GGUF models"};
   app.set_version_flag("--version", std::string("dspark ") + DSPARK_VERSION);
   app.require_subcommand(1);
+  // Before or after the subcommand: `dspark bench --cpu-target AVX2 --plain ...` times the AVX2
+  // kernels on an AVX-512 machine.
+  std::string cpu_target;
+  app.add_option("--cpu-target", cpu_target,
+                 "Run the kernels of this SIMD target instead of the best one the CPU supports (" +
+                     dspark::kernels::UsableCpuTargets() + ")");
+  app.fallthrough();
   std::vector<std::pair<CLI::App*, Runner>> commands;
   auto add = [&](Runner (*reg)(CLI::App&)) {
     const size_t before = app.get_subcommands({}).size();
@@ -54,6 +62,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (!cpu_target.empty())
+    if (const dspark::Status st = dspark::kernels::RestrictCpuTarget(cpu_target); !st.ok()) return Fail(st);
   for (auto& [sub, run] : commands)
     if (sub->parsed()) return run();
   return 1;
