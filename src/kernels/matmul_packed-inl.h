@@ -43,7 +43,7 @@
 #include "kernels/matmul_packed_common-inl.h"
 #include "kernels/matmul_packed_k-inl.h"
 #include "kernels/matmul_quant-inl.h"  // MatMulQuantImpl (fallback)
-#include "kernels/matmul_vnni-inl.h"  // DSPARK_HAVE_VNNI, DSPARK_VNNI_ATTR
+#include "kernels/matmul_packed_simd-inl.h"  // DSPARK_HAVE_PACKED_Q, PackedI, PackedF
 #include "kernels/ops.h"
 #include "kernels/quant_blocks.h"
 #include "util/thread_pool.h"
@@ -53,7 +53,7 @@ HWY_BEFORE_NAMESPACE();
 namespace dspark {
 namespace HWY_NAMESPACE {
 
-#if DSPARK_HAVE_VNNI
+#if DSPARK_HAVE_PACKED_Q
 
 // The 32-column block formats: Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1. A group is the scale region,
 // [nblocks][16] fp16 d and for Q4_1 / Q5_1 then [nblocks][16] fp16 m (padded to 64 bytes), then per
@@ -138,24 +138,31 @@ struct PackedBlock32 {
   // corr = -offset * Σ a per block: removes the excess of the unsigned operands in the accumulator.
   static void PrepareActs(const PackedActs& pa, int64_t j) { OffsetCorrection(pa, j, 32, kOffset); }
 
+  // Q8_0 on targets whose byte products saturate past int16 (AVX2): signed operands q, no offset.
+  static constexpr bool kSignedDot = kPackedSignedQ8 && kType == DType::kQ8_0;
+
   // Operand quad `quad` (0..7) of the block at q: for the nibble formats quads 0-3 are the low
-  // nibbles of its 4 loads and 4-7 the high ones (a shift and a mask: no GFNI needed, and the
-  // loads hit L1), plus 16 where the quad's mask holds the fifth bit (Q5_x: a masked byte add).
-  DSPARK_VNNI_GFNI_ATTR static HWY_INLINE __m512i Operand(const uint8_t* HWY_RESTRICT q, int quad) {
+  // nibbles of its 4 loads and 4-7 the high ones (the loads hit L1), plus the fifth bits from the
+  // block's plane (Q5_x: bit `quad` of each plane byte moved to bit 4).
+  DSPARK_PACKED_ATTR static HWY_INLINE PackedI Operand(const uint8_t* HWY_RESTRICT q, int quad) {
     if constexpr (kNibbles) {
-      const __m512i v = _mm512_load_si512(q + 64 * (quad & 3));
-      const __m512i m4 = _mm512_set1_epi8(0x0F);
-      __m512i x = quad < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-      if constexpr (kHighBit) {
-        // Bit `quad` of each byte of the fifth-bit plane to bit 4 (GF2P8AFFINEQB: output bit 4 is
-        // row byte 3 of the matrix), or-ed in.
-        const __m512i plane = _mm512_load_si512(q + kOperandBytes);
-        const __m512i bit = _mm512_gf2p8affine_epi64_epi8(plane, _mm512_set1_epi64(static_cast<int64_t>(1u << quad) << 24), 0);
-        x = _mm512_or_si512(x, bit);
-      }
+      const PackedI v = LoadPI(q + 64 * (quad & 3));
+      PackedI x = quad < 4 ? And(v, SetPI8(0x0F)) : HighNibbles(v);
+      if constexpr (kHighBit) x = Or(x, BitTo4(LoadPI(q + kOperandBytes), quad));
       return x;
+    } else if constexpr (kSignedDot) {
+      return Xor(LoadPI(q + 64 * quad), SetPI8(static_cast<int8_t>(0x80)));  // q + 128 back to q
     } else {
-      return _mm512_load_si512(q + 64 * quad);
+      return LoadPI(q + 64 * quad);
+    }
+  }
+  // The block's accumulator start (the offset correction) and one operand's products.
+  DSPARK_PACKED_ATTR static HWY_INLINE PackedI StartSum(int32_t corr) { return kSignedDot ? ZeroPI() : SetPI(corr); }
+  DSPARK_PACKED_ATTR static HWY_INLINE void AddProducts(PackedI& acc, PackedI w, int32_t a) {
+    if constexpr (kSignedDot) {
+      DotSigned(acc, w, a);
+    } else {
+      DotValue(acc, w, a);
     }
   }
   // One software prefetch per 64 bytes of the block, kPackedPrefetch ahead.
@@ -164,106 +171,104 @@ struct PackedBlock32 {
       if (quad < kUnitBytes / 64) _mm_prefetch(reinterpret_cast<const char*>(q + 64 * quad + kPackedPrefetch), _MM_HINT_T0);
   }
   // The rows' min term of block b (Q4_1 / Q5_1): f += m * da * Σ a.
-  DSPARK_VNNI_GFNI_ATTR static HWY_INLINE __m512 AddMin(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t b,
-                                                   float asum, __m512 f) {
+  DSPARK_PACKED_ATTR static HWY_INLINE PackedF AddMin(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t b,
+                                                      float asum, PackedF f) {
     if constexpr (kMin) {
-      const auto* mins = reinterpret_cast<const __m256i*>(group) + g.units;
-      return _mm512_fmadd_ps(_mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(mins + b)), _mm512_set1_ps(asum), f);
+      return FmaPF(HalvesToPF(group + (g.units + b) * kPackedRows * 2), SetPF(asum), f);
     } else {
       return f;
     }
   }
 
-  // kM <= 2 splits each block's 8 vpdpbusd over two chains: one chain is 8 dependent instructions.
+  // With AVX-512, kM <= 2 splits each block's 8 vpdpbusd over two chains (one chain is 8 dependent
+  // instructions); AVX2's 16 registers have no room for the second set.
   template <int kM>
-  DSPARK_VNNI_GFNI_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t b0,
-                                      int64_t b1, const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
-    constexpr bool kSplit = kM <= 2;
-    const auto* scales = reinterpret_cast<const __m256i*>(group);
+  DSPARK_PACKED_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t b0,
+                                        int64_t b1, const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
+    constexpr bool kSplit = DSPARK_HAVE_VNNI && kM <= 2;
     const uint8_t* quants = group + g.header_bytes;
     const ActRows<kM> rows(pa, j0);
     const auto& da = rows.da;
     const auto& corr = rows.corr;
-    __m512 f[kM];
-    for (int j = 0; j < kM; ++j) f[j] = _mm512_load_ps(f_io + 16 * j);
+    PackedF f[kM];
+    for (int j = 0; j < kM; ++j) f[j] = LoadPF(f_io + 16 * j);
     for (int64_t b = b0; b < b1; ++b) {
-      const __m512 dw = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(scales + b));
+      const PackedF dw = HalvesToPF(group + b * kPackedRows * 2);
       const uint8_t* q = quants + b * kUnitBytes;
-      __m512i s0[kM], s1[kM];
+      PackedI s0[kM], s1[kSplit ? kM : 1];
       for (int j = 0; j < kM; ++j) {
-        s0[j] = _mm512_set1_epi32(corr[j][b]);
-        if constexpr (kSplit) s1[j] = _mm512_setzero_si512();
+        s0[j] = StartSum(corr[j][b]);
+        if constexpr (kSplit) s1[j] = ZeroPI();
       }
       for (int quad = 0; quad < 8; ++quad) {
         // The stream is sequential (groups follow each other); a software prefetch this far ahead
         // adds ~15% to what the hardware prefetcher alone sustains on one core.
         Prefetch(q, quad);
-        const __m512i wq = Operand(q, quad);
+        const PackedI wq = Operand(q, quad);
         for (int j = 0; j < kM; ++j) {
-          // Per-row pointers and _mm512_set1_epi32: the interleaved rows and the embedded
+          // The dword as a value (a separate broadcast): the interleaved rows and the embedded
           // broadcast that help the K-quant kernels made Q8_0 slower (kernels_bench
           // MatMulPackedHot/q8_0 m=2 and m=8) and did not change Q4_0 beyond noise.
-          const __m512i av = _mm512_set1_epi32(rows.a[j][8 * b + quad]);
-          if (kSplit && (quad & 1)) {
-            s1[j] = _mm512_dpbusd_epi32(s1[j], wq, av);
+          if constexpr (kSplit) {
+            AddProducts((quad & 1) ? s1[j] : s0[j], wq, rows.a[j][8 * b + quad]);
           } else {
-            s0[j] = _mm512_dpbusd_epi32(s0[j], wq, av);
+            AddProducts(s0[j], wq, rows.a[j][8 * b + quad]);
           }
         }
       }
       for (int j = 0; j < kM; ++j) {
-        __m512i s = s0[j];
-        if constexpr (kSplit) s = _mm512_add_epi32(s, s1[j]);
-        f[j] = _mm512_fmadd_ps(CvtI32(s), _mm512_mul_ps(dw, _mm512_set1_ps(da[j][b])), f[j]);
+        PackedI s = s0[j];
+        if constexpr (kSplit) s = AddPI(s, s1[j]);
+        f[j] = FmaPF(ToPF(s), MulPF(dw, SetPF(da[j][b])), f[j]);
         f[j] = AddMin(group, g, b, pa.asum[(j0 + j) * pa.nsub + b], f[j]);
       }
     }
-    for (int j = 0; j < kM; ++j) _mm512_store_ps(f_io + 16 * j, f[j]);
+    for (int j = 0; j < kM; ++j) StorePF(f[j], f_io + 16 * j);
   }
 
+#if DSPARK_HAVE_VNNI
   // Kernel<1> over two groups at once (f_io: [2][16]): one activation row gives a group only two
   // chains of 4 dependent vpdpbusd per block, and a small matrix spends as much on the driver's
   // per-group work as on the blocks; two groups per pass halve both (the bundled draft model's
   // 4096 x 192 head, kernels_bench MatMulPackedHot, 1 thread: 10.6 -> 8.9 us). Each group's sums
-  // and float chain are Kernel<1>'s.
-  DSPARK_VNNI_GFNI_ATTR static void KernelPair(const uint8_t* HWY_RESTRICT group0, const PackedLayout& g, int64_t b0,
-                                          int64_t b1, const PackedActs& pa, float* HWY_RESTRICT f_io) {
+  // and float chain are Kernel<1>'s. (AVX2 has not the registers for two groups.)
+  DSPARK_PACKED_ATTR static void KernelPair(const uint8_t* HWY_RESTRICT group0, const PackedLayout& g, int64_t b0,
+                                            int64_t b1, const PackedActs& pa, float* HWY_RESTRICT f_io) {
     const uint8_t* group1 = group0 + g.group_bytes;
-    const auto* scales0 = reinterpret_cast<const __m256i*>(group0);
-    const auto* scales1 = reinterpret_cast<const __m256i*>(group1);
     const uint8_t* quants0 = group0 + g.header_bytes;
     const uint8_t* quants1 = group1 + g.header_bytes;
     const ActRows<1> rows(pa, 0);
-    __m512 f0 = _mm512_load_ps(f_io), f1 = _mm512_load_ps(f_io + 16);
+    PackedF f0 = LoadPF(f_io), f1 = LoadPF(f_io + 16);
     for (int64_t b = b0; b < b1; ++b) {
-      const __m512 dw0 = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(scales0 + b));
-      const __m512 dw1 = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(scales1 + b));
+      const PackedF dw0 = HalvesToPF(group0 + b * kPackedRows * 2);
+      const PackedF dw1 = HalvesToPF(group1 + b * kPackedRows * 2);
       const uint8_t* q0 = quants0 + b * kUnitBytes;
       const uint8_t* q1 = quants1 + b * kUnitBytes;
-      __m512i s00 = _mm512_set1_epi32(rows.corr[0][b]), s01 = _mm512_setzero_si512();
-      __m512i s10 = s00, s11 = _mm512_setzero_si512();
+      PackedI s00 = StartSum(rows.corr[0][b]), s01 = ZeroPI();
+      PackedI s10 = s00, s11 = ZeroPI();
       for (int quad = 0; quad < 8; ++quad) {
         Prefetch(q0, quad);
         Prefetch(q1, quad);
-        const __m512i av = _mm512_set1_epi32(rows.a[0][8 * b + quad]);
-        const __m512i w0 = Operand(q0, quad), w1 = Operand(q1, quad);
+        const int32_t a = rows.a[0][8 * b + quad];
+        const PackedI w0 = Operand(q0, quad), w1 = Operand(q1, quad);
         if (quad & 1) {
-          s01 = _mm512_dpbusd_epi32(s01, w0, av);
-          s11 = _mm512_dpbusd_epi32(s11, w1, av);
+          AddProducts(s01, w0, a);
+          AddProducts(s11, w1, a);
         } else {
-          s00 = _mm512_dpbusd_epi32(s00, w0, av);
-          s10 = _mm512_dpbusd_epi32(s10, w1, av);
+          AddProducts(s00, w0, a);
+          AddProducts(s10, w1, a);
         }
       }
-      const __m512 da = _mm512_set1_ps(rows.da[0][b]);
-      f0 = _mm512_fmadd_ps(CvtI32(_mm512_add_epi32(s00, s01)), _mm512_mul_ps(dw0, da), f0);
-      f1 = _mm512_fmadd_ps(CvtI32(_mm512_add_epi32(s10, s11)), _mm512_mul_ps(dw1, da), f1);
+      const PackedF da = SetPF(rows.da[0][b]);
+      f0 = FmaPF(ToPF(AddPI(s00, s01)), MulPF(dw0, da), f0);
+      f1 = FmaPF(ToPF(AddPI(s10, s11)), MulPF(dw1, da), f1);
       f0 = AddMin(group0, g, b, pa.asum[b], f0);
       f1 = AddMin(group1, g, b, pa.asum[b], f1);
     }
-    _mm512_store_ps(f_io, f0);
-    _mm512_store_ps(f_io + 16, f1);
+    StorePF(f0, f_io);
+    StorePF(f1, f_io + 16);
   }
+#endif
 };
 using PackedQ8_0 = PackedBlock32<DType::kQ8_0>;
 using PackedQ4_0 = PackedBlock32<DType::kQ4_0>;
@@ -278,9 +283,7 @@ inline size_t PackedBytesImpl(DType type, int64_t rows, int64_t cols) {
     if (cols % Format::kUnitCols != 0) return 0;
     return static_cast<size_t>(PackedLayoutOf<Format>(rows, cols).total());
   };
-  // The kernels are compiled for VNNI and GFNI (every AVX3_DL CPU has both; Highway 1.0.3 checks
-  // only VNNI).
-  if (!HasGfni()) return 0;
+  if (!PackedKernelsUsable()) return 0;
   switch (type) {
     case DType::kQ8_0: return bytes(PackedQ8_0());
     case DType::kQ4_0: return bytes(PackedQ4_0());
@@ -325,7 +328,7 @@ inline void MatMulPackedImpl(const ops::WeightView& w, const float* x, int64_t m
   MatMulQuantImpl(w, x, m, y, pool);
 }
 
-#else  // !DSPARK_HAVE_VNNI: no packed kernel on this target; MatMul reads the original rows.
+#else  // !DSPARK_HAVE_PACKED_Q: no packed kernel on this target; MatMul reads the original rows.
 
 inline size_t PackedBytesImpl(DType, int64_t, int64_t) { return 0; }
 inline void PackWeightsImpl(const ops::WeightView&, void*, ThreadPool&) {}
@@ -333,7 +336,7 @@ inline void MatMulPackedImpl(const ops::WeightView& w, const float* x, int64_t m
   MatMulQuantImpl(w, x, m, y, pool);
 }
 
-#endif  // DSPARK_HAVE_VNNI
+#endif  // DSPARK_HAVE_PACKED_Q
 
 }  // namespace HWY_NAMESPACE
 }  // namespace dspark

@@ -27,7 +27,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/matmul_act-inl.h"
-#include "kernels/matmul_vnni-inl.h"  // DSPARK_HAVE_VNNI, DSPARK_VNNI_ATTR
+#include "kernels/matmul_packed_simd-inl.h"  // DSPARK_HAVE_PACKED_Q, PackedI, PackedF
 #include "kernels/ops.h"
 #include "kernels/parallel.h"
 #include "kernels/scratch.h"
@@ -115,10 +115,11 @@ HWY_INLINE void PrefetchUnitLines(const uint8_t* unit, int first, int n) {
 
 // Bytes ahead of the weight loads that the kernels prefetch.
 inline constexpr int64_t kPackedPrefetch = 4096;
-// Activation rows per kernel pass: 8 float accumulators plus the int32 ones and the unpacked
-// weights fit the 32 zmm registers. A format whose kernel keeps fewer accumulators in registers
-// may take more (Format::kMaxChunkRows): every further chunk unpacks the weights again.
-inline constexpr int64_t kPackedRowChunk = 8;
+// Activation rows per kernel pass: with AVX-512, 8 float accumulators plus the int32 ones and the
+// unpacked weights fit the 32 zmm registers; AVX2's 16 ymm hold two rows (two ymm per 16 lanes). A
+// format whose kernel keeps fewer accumulators in registers may take more (Format::kMaxChunkRows):
+// every further chunk unpacks the weights again.
+inline constexpr int64_t kPackedRowChunk = DSPARK_HAVE_VNNI ? 8 : 2;
 
 template <class Format>
 constexpr int64_t MaxChunkRows() {
@@ -142,7 +143,7 @@ inline int64_t PackedChunkRows(int64_t m, int64_t max_rows) {
 inline constexpr int64_t kMinTaskMacs = int64_t{1} << 16;
 
 
-#if DSPARK_HAVE_VNNI
+#if DSPARK_HAVE_PACKED_Q
 
 // The float outputs f[j] += h · da of a kernel's kM activation rows (f_io: [kM][16]): in registers
 // up to kPackedRowChunk rows, past that in f_io (the registers go to the rows' integer and scale
@@ -152,21 +153,21 @@ template <int kM>
 struct KernelOutputs {
   static constexpr bool kInRegs = kM <= kPackedRowChunk;
   float* f_io;
-  __m512 f[kInRegs ? kM : 1];
-  DSPARK_VNNI_ATTR HWY_INLINE explicit KernelOutputs(float* io) : f_io(io) {
+  PackedF f[kInRegs ? kM : 1];
+  DSPARK_PACKED_ATTR HWY_INLINE explicit KernelOutputs(float* io) : f_io(io) {
     if constexpr (kInRegs)
-      for (int j = 0; j < kM; ++j) f[j] = _mm512_load_ps(f_io + 16 * j);
+      for (int j = 0; j < kM; ++j) f[j] = LoadPF(f_io + 16 * j);
   }
-  DSPARK_VNNI_ATTR HWY_INLINE void Add(int j, __m512 h, float da) {
+  DSPARK_PACKED_ATTR HWY_INLINE void Add(int j, PackedF h, float da) {
     if constexpr (kInRegs) {
-      f[j] = _mm512_fmadd_ps(h, _mm512_set1_ps(da), f[j]);
+      f[j] = FmaPF(h, SetPF(da), f[j]);
     } else {
-      _mm512_store_ps(f_io + 16 * j, _mm512_fmadd_ps(h, _mm512_set1_ps(da), _mm512_load_ps(f_io + 16 * j)));
+      StorePF(FmaPF(h, SetPF(da), LoadPF(f_io + 16 * j)), f_io + 16 * j);
     }
   }
-  DSPARK_VNNI_ATTR HWY_INLINE void Store() {
+  DSPARK_PACKED_ATTR HWY_INLINE void Store() {
     if constexpr (kInRegs)
-      for (int j = 0; j < kM; ++j) _mm512_store_ps(f_io + 16 * j, f[j]);
+      for (int j = 0; j < kM; ++j) StorePF(f[j], f_io + 16 * j);
   }
 };
 
@@ -301,7 +302,7 @@ inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m,
   });
 }
 
-#endif  // DSPARK_HAVE_VNNI
+#endif  // DSPARK_HAVE_PACKED_Q
 
 }  // namespace HWY_NAMESPACE
 }  // namespace dspark

@@ -50,7 +50,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/matmul_packed_common-inl.h"
-#include "kernels/matmul_vnni-inl.h"  // DSPARK_HAVE_VNNI, DSPARK_VNNI_ATTR, CvtI32
+#include "kernels/matmul_packed_simd-inl.h"  // DSPARK_HAVE_PACKED_Q, PackedI, PackedF
 #include "kernels/ops.h"
 #include "kernels/quant_blocks.h"
 
@@ -58,22 +58,7 @@ HWY_BEFORE_NAMESPACE();
 namespace dspark {
 namespace HWY_NAMESPACE {
 
-#if DSPARK_HAVE_VNNI
-
-// GF2P8AFFINEQB (GFNI) moves each byte's high nibble to its low nibble in one instruction (shift
-// and mask would be two). Every CPU with AVX3_DL (Ice Lake, Zen 4 and later) has GFNI, but Highway
-// 1.0.3 does not check for it, so PackedBytes does (HasGfni).
-#undef DSPARK_VNNI_GFNI_ATTR
-#define DSPARK_VNNI_GFNI_ATTR \
-  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,gfni,fma,f16c,avx2")))
-
-inline bool HasGfni() { return __builtin_cpu_supports("gfni"); }
-
-// Bits 4-7 of each byte to bits 0-3, zeros above: row i of the bit matrix (byte 7 - i) selects
-// input bit i + 4.
-DSPARK_VNNI_GFNI_ATTR HWY_INLINE __m512i HighNibbles(__m512i v) {
-  return _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x1020408000000000LL), 0);
-}
+#if DSPARK_HAVE_PACKED_Q
 
 // Q4_K and Q5_K (kHighBit): the same scales and nibbles; Q5_K adds each sub-block's fifth bits as
 // 8 byte masks, one per nibble operand (see the top of the file).
@@ -93,7 +78,7 @@ struct PackedQ45_K {
   // Rows per pass: past 8 the float outputs stay in memory (KernelOutputs: one load and store per
   // super-block and row, against ~80 instructions of sub-block work), so a 9-row verification
   // block (n-max 8) unpacks each weight tile once.
-  static constexpr int64_t kMaxChunkRows = 12;
+  static constexpr int64_t kMaxChunkRows = DSPARK_HAVE_VNNI ? 12 : kPackedRowChunk;
   // 4 super-blocks of 16 rows = 9.25 KiB (Q5_K 11.25).
   static constexpr int64_t kTileUnits = 4;
   static_assert(kUnitBytes % 64 == 0);
@@ -170,19 +155,17 @@ struct PackedQ45_K {
   }
 
   // The unsigned operands of one quad of sub-block `sub`: the low and high nibbles, and for Q5_K
-  // their fifth bits from the sub-block's plane.
-  DSPARK_VNNI_GFNI_ATTR static HWY_INLINE void Operands(const uint8_t* HWY_RESTRICT sub, int quad, __m512i& lo,
-                                                        __m512i& hi) {
-    const __m512i v = _mm512_load_si512(sub + 64 * quad);
-    lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+  // their fifth bits from the sub-block's plane (bits quad and 4 + quad of each byte to bit 4).
+  // (Byte masks, kmov and a masked vpaddb, ran Q5_0's packed prefill at 1.8x Q4_0's on Zen 5.)
+  DSPARK_PACKED_ATTR static HWY_INLINE void Operands(const uint8_t* HWY_RESTRICT sub, int quad, PackedI& lo,
+                                                     PackedI& hi) {
+    const PackedI v = LoadPI(sub + 64 * quad);
+    lo = And(v, SetPI8(0x0F));
     hi = HighNibbles(v);
     if constexpr (kHighBit) {
-      // Bits quad and 4 + quad of each plane byte to bit 4 (GF2P8AFFINEQB: output bit 4 is row byte
-      // 3 of the matrix), or-ed in. (Byte masks, kmov and a masked vpaddb, ran Q5_0's packed
-      // prefill at 1.8x Q4_0's on Zen 5; these planes at Q4_0's speed.)
-      const __m512i plane = _mm512_load_si512(sub + kNibbleBytes);
-      lo = _mm512_or_si512(lo, _mm512_gf2p8affine_epi64_epi8(plane, _mm512_set1_epi64(static_cast<int64_t>(1u << quad) << 24), 0));
-      hi = _mm512_or_si512(hi, _mm512_gf2p8affine_epi64_epi8(plane, _mm512_set1_epi64(static_cast<int64_t>(16u << quad) << 24), 0));
+      const PackedI plane = LoadPI(sub + kNibbleBytes);
+      lo = Or(lo, BitTo4(plane, quad));
+      hi = Or(hi, BitTo4(plane, 4 + quad));
     }
   }
 
@@ -190,64 +173,56 @@ struct PackedQ45_K {
   // activation row (see the top of the file). kM <= 2 splits each sub-block's 8 vpdpbusd over two
   // chains (low and high nibbles): one chain is 8 dependent instructions.
   template <int kM>
-  DSPARK_VNNI_GFNI_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g,
-                                           int64_t u0, int64_t u1, const PackedActs& pa, int64_t j0,
-                                           float* HWY_RESTRICT f_io) {
-    constexpr bool kSplit = kM <= 2;
+  DSPARK_PACKED_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t u0,
+                                        int64_t u1, const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
+    constexpr bool kSplit = DSPARK_HAVE_VNNI && kM <= 2;  // AVX2: no registers for lo[4], hi[4]
     const ActRows<kM> rows(pa, j0);
     const auto& da = rows.da;
     const auto& qpair = rows.corr;
     KernelOutputs<kM> f(f_io);
     for (int64_t u = u0; u < u1; ++u) {
       const uint8_t* sb = group + g.header_bytes + u * kUnitBytes;
-      __m512 gs[kM];
-      for (int j = 0; j < kM; ++j) gs[j] = _mm512_setzero_ps();
+      PackedF gs[kM];
+      for (int j = 0; j < kM; ++j) gs[j] = ZeroPF();
       for (int s = 0; s < 8; ++s) {
         PrefetchUnitLines<kPrefetch, kUnitBytes>(sb, kLinesPerSub * s, kLinesPerSub);
-        const __m128i sc8 = _mm_load_si128(reinterpret_cast<const __m128i*>(sb + 64 + 16 * s));
-        const __m512 sc = CvtI32(_mm512_maskz_cvtepu8_epi32(0xFFFF, sc8));
+        const PackedF sc = U8ToPF(sb + 64 + 16 * s);
         const uint8_t* sub = sb + kScaleBytes + s * kSubBytes;
         const int64_t aw = 64 * u + 8 * s;  // first activation dword of the sub-block
         if constexpr (kSplit) {
-          __m512i lo[4], hi[4];
+          PackedI lo[4], hi[4];
           for (int quad = 0; quad < 4; ++quad) Operands(sub, quad, lo[quad], hi[quad]);
           for (int j = 0; j < kM; ++j) {
-            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+            PackedI s0 = ZeroPI(), s1 = ZeroPI();
             for (int quad = 0; quad < 4; ++quad) {
-              DpbusdBcast(s0, lo[quad], rows.A(aw + quad, j));
-              DpbusdBcast(s1, hi[quad], rows.A(aw + 4 + quad, j));
+              Dot(s0, lo[quad], rows.A(aw + quad, j));
+              Dot(s1, hi[quad], rows.A(aw + 4 + quad, j));
             }
-            gs[j] = _mm512_fmadd_ps(CvtI32(_mm512_add_epi32(s0, s1)), sc, gs[j]);
+            gs[j] = FmaPF(ToPF(AddPI(s0, s1)), sc, gs[j]);
           }
         } else {
           // Quad-outer, row-inner: kM independent accumulator chains in program order (row-outer
           // made each row one chain of 8 dependent vpdpbusd, and with lo[4], hi[4] live next to
           // f, gs and mins Kernel<8> spilled), and only one quad's two operands live.
-          __m512i acc[kM];
-          for (int j = 0; j < kM; ++j) acc[j] = _mm512_setzero_si512();
+          PackedI acc[kM];
+          for (int j = 0; j < kM; ++j) acc[j] = ZeroPI();
           for (int quad = 0; quad < 4; ++quad) {
-            __m512i lo, hi;
+            PackedI lo, hi;
             Operands(sub, quad, lo, hi);
-            for (int j = 0; j < kM; ++j) DpbusdBcast(acc[j], lo, rows.A(aw + quad, j));
-            for (int j = 0; j < kM; ++j) DpbusdBcast(acc[j], hi, rows.A(aw + 4 + quad, j));
+            for (int j = 0; j < kM; ++j) Dot(acc[j], lo, rows.A(aw + quad, j));
+            for (int j = 0; j < kM; ++j) Dot(acc[j], hi, rows.A(aw + 4 + quad, j));
           }
-          for (int j = 0; j < kM; ++j) gs[j] = _mm512_fmadd_ps(CvtI32(acc[j]), sc, gs[j]);
+          for (int j = 0; j < kM; ++j) gs[j] = FmaPF(ToPF(acc[j]), sc, gs[j]);
         }
       }
       // The min term after the sub-blocks, so its accumulators are not live across them.
-      __m512i mins[kM];
-      for (int j = 0; j < kM; ++j) mins[j] = _mm512_setzero_si512();
-      for (int p = 0; p < 4; ++p) {
-        const __m512i mp =
-            _mm512_maskz_cvtepu8_epi16(~0u, _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + 192 + 32 * p)));
-        for (int j = 0; j < kM; ++j)
-          mins[j] = _mm512_dpwssd_epi32(mins[j], mp, _mm512_set1_epi32(qpair[j][4 * u + p]));
-      }
-      const auto* dh = reinterpret_cast<const __m256i*>(sb);
-      const __m512 d = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(dh));
-      const __m512 dmin = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(dh + 1));
-      for (int j = 0; j < kM; ++j)
-        f.Add(j, _mm512_fnmadd_ps(CvtI32(mins[j]), dmin, _mm512_mul_ps(gs[j], d)), da[j][8 * u]);
+      PackedI mins[kM];
+      for (int j = 0; j < kM; ++j) mins[j] = ZeroPI();
+      for (int p = 0; p < 4; ++p)
+        for (int j = 0; j < kM; ++j) DotPairsU8(mins[j], sb + 192 + 32 * p, qpair[j][4 * u + p]);
+      const PackedF d = HalvesToPF(sb);
+      const PackedF dmin = HalvesToPF(sb + 32);
+      for (int j = 0; j < kM; ++j) f.Add(j, FnmaPF(ToPF(mins[j]), dmin, MulPF(gs[j], d)), da[j][8 * u]);
     }
     f.Store();
   }
@@ -264,7 +239,7 @@ struct PackedQ6_K {
   static constexpr int kSub = 16;
   static constexpr bool kKQuant = true;
   static constexpr bool kInterleavedActs = true;  // reads ActRows::A
-  static constexpr int64_t kMaxChunkRows = PackedQ4_K::kMaxChunkRows;  // and f past 8 rows in memory
+  static constexpr int64_t kMaxChunkRows = PackedQ4_K::kMaxChunkRows;  // and f past kPackedRowChunk in memory
   // 3 super-blocks of 16 rows = 9.75 KiB.
   static constexpr int64_t kTileUnits = 3;
   static_assert(kUnitBytes % 64 == 0);
@@ -320,56 +295,43 @@ struct PackedQ6_K {
   // bits: 3 GFNI affine + 1 ternary or) and sc as float. Per activation row: 4 vpdpbusd from the
   // offset correction, g += cvt(Σ (q - 32)·a) * sc_s. Per super-block and row: f += g * d * da.
   template <int kM>
-  DSPARK_VNNI_GFNI_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g,
-                                           int64_t u0, int64_t u1, const PackedActs& pa, int64_t j0,
-                                           float* HWY_RESTRICT f_io) {
-    const __m512i m6 = _mm512_set1_epi8(0x3F);
-    // Bits 6-7 of each byte to bits 2i, 2i + 1 (i = plane), zeros elsewhere.
-    const __m512i top0 = _mm512_set1_epi64(0x4080000000000000LL);
-    const __m512i top1 = _mm512_set1_epi64(0x0000408000000000LL);
-    const __m512i top2 = _mm512_set1_epi64(0x0000000040800000LL);
-    const auto* dh = reinterpret_cast<const __m256i*>(group);
+  DSPARK_PACKED_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t u0,
+                                        int64_t u1, const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
+    const PackedI m6 = SetPI8(0x3F);
     const ActRows<kM> rows(pa, j0);
     const auto& da = rows.da;
     const auto& corr = rows.corr;
     KernelOutputs<kM> f(f_io);
     for (int64_t u = u0; u < u1; ++u) {
       const uint8_t* sb = group + g.header_bytes + u * kUnitBytes;
-      __m512 gs[kM];
-      for (int j = 0; j < kM; ++j) gs[j] = _mm512_setzero_ps();
+      PackedF gs[kM];
+      for (int j = 0; j < kM; ++j) gs[j] = ZeroPF();
       for (int s = 0; s < 16; ++s) {
         // 52 cache lines per super-block: 4 per sub-block, kPrefetch bytes ahead.
         PrefetchUnitLines<kPrefetch, kUnitBytes>(sb, 4 * s, 4);
-        const __m128i sc8 = _mm_load_si128(reinterpret_cast<const __m128i*>(sb + kPackedRows * s));
-        const __m512 sc = CvtI32(_mm512_maskz_cvtepi8_epi32(0xFFFF, sc8));
+        const PackedF sc = I8ToPF(sb + kPackedRows * s);
         const uint8_t* planes = sb + kScaleBytes + s * kSubBytes;
-        const __m512i p0 = _mm512_load_si512(planes);
-        const __m512i p1 = _mm512_load_si512(planes + 64);
-        const __m512i p2 = _mm512_load_si512(planes + 128);
-        const __m512i x0 = _mm512_and_si512(p0, m6);
-        const __m512i x1 = _mm512_and_si512(p1, m6);
-        const __m512i x2 = _mm512_and_si512(p2, m6);
-        const __m512i x3 = _mm512_ternarylogic_epi32(_mm512_gf2p8affine_epi64_epi8(p0, top0, 0),
-                                                     _mm512_gf2p8affine_epi64_epi8(p1, top1, 0),
-                                                     _mm512_gf2p8affine_epi64_epi8(p2, top2, 0), 0xFE);
+        const PackedI p0 = LoadPI(planes), p1 = LoadPI(planes + 64), p2 = LoadPI(planes + 128);
+        const PackedI x0 = And(p0, m6), x1 = And(p1, m6), x2 = And(p2, m6);
+        const PackedI x3 = Or3(TopBitsTo<0>(p0), TopBitsTo<1>(p1), TopBitsTo<2>(p2));
         const int64_t aw = 64 * u + 4 * s;  // first activation dword of the sub-block
         for (int j = 0; j < kM; ++j) {
-          __m512i acc = _mm512_set1_epi32(corr[j][16 * u + s]);
-          DpbusdBcast(acc, x0, rows.A(aw, j));
-          DpbusdBcast(acc, x1, rows.A(aw + 1, j));
-          DpbusdBcast(acc, x2, rows.A(aw + 2, j));
-          DpbusdBcast(acc, x3, rows.A(aw + 3, j));
-          gs[j] = _mm512_fmadd_ps(CvtI32(acc), sc, gs[j]);
+          PackedI acc = SetPI(corr[j][16 * u + s]);
+          Dot(acc, x0, rows.A(aw, j));
+          Dot(acc, x1, rows.A(aw + 1, j));
+          Dot(acc, x2, rows.A(aw + 2, j));
+          Dot(acc, x3, rows.A(aw + 3, j));
+          gs[j] = FmaPF(ToPF(acc), sc, gs[j]);
         }
       }
-      const __m512 d = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(dh + u));
-      for (int j = 0; j < kM; ++j) f.Add(j, _mm512_mul_ps(gs[j], d), da[j][16 * u]);
+      const PackedF d = HalvesToPF(group + u * kPackedRows * 2);
+      for (int j = 0; j < kM; ++j) f.Add(j, MulPF(gs[j], d), da[j][16 * u]);
     }
     f.Store();
   }
 };
 
-#endif  // DSPARK_HAVE_VNNI
+#endif  // DSPARK_HAVE_PACKED_Q
 
 }  // namespace HWY_NAMESPACE
 }  // namespace dspark

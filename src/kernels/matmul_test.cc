@@ -186,7 +186,6 @@ TEST(MatMul, PackedRowAloneEqualsRowInBlockBitwise) {
     auto* dst = reinterpret_cast<void*>(kernels::RoundUp(reinterpret_cast<uintptr_t>(packed.data()), 64));
     ops::PackWeights(w.view, dst, pool);
     w.view.packed = dst;
-    const bool is_float = t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
     for (int64_t m : {2, 9, 16, 37}) {
       const auto x = kernels::RandomVector(m * cols, 900 + m);
       const auto check = [&](const std::string& target) {
@@ -198,14 +197,53 @@ TEST(MatMul, PackedRowAloneEqualsRowInBlockBitwise) {
               << target << " " << DTypeName(t) << " m=" << m << " row " << j;
         }
       };
-      if (is_float) {
-        kernels::ForEachTarget(check);
-      } else {
-        check("best");
-      }
+      // Every target that reads the packed layout (the float ones everywhere; the quantised ones on
+      // AVX-512 VNNI, AVX3 and AVX2).
+      kernels::ForEachTarget([&](const std::string& target) {
+        if (ops::PackedBytes(t, rows, cols) > 0) check(target);
+      });
     }
   }
   EXPECT_GE(checked, 3);  // the float layouts exist on every CPU
+}
+
+// The packed quantised kernels of AVX-512 VNNI (vpdpbusd) and of AVX2 / AVX3 (vpmaddubsw) form the
+// same integer sums and the same float steps: a model gives the same outputs on either CPU.
+TEST(MatMul, PackedQuantisedKernelsAgreeBitwiseAcrossTargets) {
+  ThreadPool pool(2);
+  const int64_t rows = 37, cols = 2 * 256;
+  int compared = 0;
+  for (const DType t : kAllTypes) {
+    if (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) continue;
+    const size_t bytes = ops::PackedBytes(t, rows, cols);
+    if (bytes == 0) continue;
+    Weights w = MakeWeights(t, rows, cols, 5);
+    std::vector<uint8_t> packed(bytes + 64);
+    auto* dst = reinterpret_cast<void*>(kernels::RoundUp(reinterpret_cast<uintptr_t>(packed.data()), 64));
+    ops::PackWeights(w.view, dst, pool);
+    w.view.packed = dst;
+    for (int64_t m : {1, 3, 9}) {
+      const auto x = kernels::RandomVector(m * cols, 40 + m);
+      std::vector<float> first;
+      std::string first_target;
+      kernels::ForEachTarget([&](const std::string& target) {
+        if (ops::PackedBytes(t, rows, cols) == 0) return;  // this target reads the rows
+        std::vector<float> y(m * rows);
+        ops::MatMul(w.view, x.data(), m, y.data(), pool);
+        if (first.empty()) {
+          first = y;
+          first_target = target;
+          return;
+        }
+        ++compared;
+        ASSERT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * sizeof(float)))
+            << DTypeName(t) << " m=" << m << ": " << target << " differs from " << first_target;
+      });
+    }
+  }
+  if ((hwy::SupportedTargets() & HWY_AVX2) != 0 && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) {
+    EXPECT_GT(compared, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatMulTypes, ::testing::ValuesIn(kAllTypes),

@@ -27,9 +27,9 @@ struct WeightView {
 
 // Bytes of the packed layout of a rows x cols matrix of `type` on this CPU, or 0 when this CPU has
 // no packed kernel for the type: F32, F16 and BF16 everywhere (kernels/matmul_float-inl.h,
-// matmul_bf16-inl.h), Q8_0,
-// Q4_K and Q6_K on AVX-512 VNNI (kernels/matmul_packed-inl.h). Packed kernels read 16 weight rows
-// per vector instead of one.
+// matmul_bf16-inl.h), every quantised type on x86 with AVX2 or better (kernels/matmul_packed*-inl.h:
+// vpdpbusd with AVX-512 VNNI, vpmaddubsw with AVX2; one layout, bitwise the same outputs). Packed
+// kernels read 16 weight rows per vector instead of one.
 size_t PackedBytes(DType type, int64_t rows, int64_t cols);
 // Writes the packed layout of w to dst (64-byte aligned, PackedBytes(w.type, w.rows, w.cols) bytes).
 void PackWeights(const WeightView& w, void* dst, ThreadPool& pool);
