@@ -38,9 +38,12 @@ void QuantizeActivationsForTest(bool k_quant, int sub, const float* x, int64_t c
 
 namespace {
 std::atomic<bool> bf16_dot_disabled{false};
+std::atomic<bool> avx_vnni_disabled{false};
 }  // namespace
 void DisableBf16DotForTest(bool disabled) { bf16_dot_disabled.store(disabled); }
 bool Bf16DotDisabledForTest() { return bf16_dot_disabled.load(std::memory_order_relaxed); }
+void DisableAvxVnniForTest(bool disabled) { avx_vnni_disabled.store(disabled); }
+bool AvxVnniDisabledForTest() { return avx_vnni_disabled.load(std::memory_order_relaxed); }
 }  // namespace kernels
 
 namespace ops {

@@ -158,11 +158,12 @@ struct PackedBlock32 {
   }
   // The block's accumulator start (the offset correction) and one operand's products.
   DSPARK_PACKED_ATTR static HWY_INLINE PackedI StartSum(int32_t corr) { return kSignedDot ? ZeroPI() : SetPI(corr); }
+  template <bool kVex>
   DSPARK_PACKED_ATTR static HWY_INLINE void AddProducts(PackedI& acc, PackedI w, int32_t a) {
     if constexpr (kSignedDot) {
-      DotSigned(acc, w, a);
+      DotSigned<kVex>(acc, w, a);
     } else {
-      DotValue(acc, w, a);
+      DotValue<kVex>(acc, w, a);
     }
   }
   // One software prefetch per 64 bytes of the block, kPackedPrefetch ahead.
@@ -182,7 +183,7 @@ struct PackedBlock32 {
 
   // With AVX-512, kM <= 2 splits each block's 8 vpdpbusd over two chains (one chain is 8 dependent
   // instructions); AVX2's 16 registers have no room for the second set.
-  template <int kM>
+  template <int kM, bool kVex>
   DSPARK_PACKED_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t b0,
                                         int64_t b1, const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
     constexpr bool kSplit = DSPARK_HAVE_VNNI && kM <= 2;
@@ -210,9 +211,9 @@ struct PackedBlock32 {
           // broadcast that help the K-quant kernels made Q8_0 slower (kernels_bench
           // MatMulPackedHot/q8_0 m=2 and m=8) and did not change Q4_0 beyond noise.
           if constexpr (kSplit) {
-            AddProducts((quad & 1) ? s1[j] : s0[j], wq, rows.a[j][8 * b + quad]);
+            AddProducts<kVex>((quad & 1) ? s1[j] : s0[j], wq, rows.a[j][8 * b + quad]);
           } else {
-            AddProducts(s0[j], wq, rows.a[j][8 * b + quad]);
+            AddProducts<kVex>(s0[j], wq, rows.a[j][8 * b + quad]);
           }
         }
       }
@@ -252,11 +253,11 @@ struct PackedBlock32 {
         const int32_t a = rows.a[0][8 * b + quad];
         const PackedI w0 = Operand(q0, quad), w1 = Operand(q1, quad);
         if (quad & 1) {
-          AddProducts(s01, w0, a);
-          AddProducts(s11, w1, a);
+          AddProducts<false>(s01, w0, a);
+          AddProducts<false>(s11, w1, a);
         } else {
-          AddProducts(s00, w0, a);
-          AddProducts(s10, w1, a);
+          AddProducts<false>(s00, w0, a);
+          AddProducts<false>(s10, w1, a);
         }
       }
       const PackedF da = SetPF(rows.da[0][b]);

@@ -31,6 +31,7 @@
 #include "kernels/ops.h"
 #include "kernels/parallel.h"
 #include "kernels/scratch.h"
+#include "kernels/test_hooks.h"
 #include "util/thread_pool.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -193,25 +194,31 @@ inline void PackGroups(const ops::WeightView& w, void* dst, ThreadPool& pool) {
   });
 }
 
-template <class Format>
+template <class Format, bool kVex>
 inline void PackedChunk(int64_t n, const uint8_t* group, const PackedLayout& g, int64_t u0, int64_t u1,
                         const PackedActs& pa, int64_t j0, float* f) {
   switch (n) {
-    case 1: Format::template Kernel<1>(group, g, u0, u1, pa, j0, f); break;
-    case 2: Format::template Kernel<2>(group, g, u0, u1, pa, j0, f); break;
-    case 3: Format::template Kernel<3>(group, g, u0, u1, pa, j0, f); break;
-    case 4: Format::template Kernel<4>(group, g, u0, u1, pa, j0, f); break;
-    case 5: Format::template Kernel<5>(group, g, u0, u1, pa, j0, f); break;
-    case 6: Format::template Kernel<6>(group, g, u0, u1, pa, j0, f); break;
-    case 7: Format::template Kernel<7>(group, g, u0, u1, pa, j0, f); break;
-    case 8: Format::template Kernel<8>(group, g, u0, u1, pa, j0, f); break;
+    case 1: Format::template Kernel<1, kVex>(group, g, u0, u1, pa, j0, f); break;
+    case 2: Format::template Kernel<2, kVex>(group, g, u0, u1, pa, j0, f); break;
     default:
+      // AVX2 runs at most kPackedRowChunk (2) rows per pass.
+      if constexpr (MaxChunkRows<Format>() > 2) {
+        switch (n) {
+          case 3: return Format::template Kernel<3, kVex>(group, g, u0, u1, pa, j0, f);
+          case 4: return Format::template Kernel<4, kVex>(group, g, u0, u1, pa, j0, f);
+          case 5: return Format::template Kernel<5, kVex>(group, g, u0, u1, pa, j0, f);
+          case 6: return Format::template Kernel<6, kVex>(group, g, u0, u1, pa, j0, f);
+          case 7: return Format::template Kernel<7, kVex>(group, g, u0, u1, pa, j0, f);
+          case 8: return Format::template Kernel<8, kVex>(group, g, u0, u1, pa, j0, f);
+          default: break;
+        }
+      }
       if constexpr (MaxChunkRows<Format>() >= 12) {
         switch (n) {
-          case 9: return Format::template Kernel<9>(group, g, u0, u1, pa, j0, f);
-          case 10: return Format::template Kernel<10>(group, g, u0, u1, pa, j0, f);
-          case 11: return Format::template Kernel<11>(group, g, u0, u1, pa, j0, f);
-          default: return Format::template Kernel<12>(group, g, u0, u1, pa, j0, f);
+          case 9: return Format::template Kernel<9, kVex>(group, g, u0, u1, pa, j0, f);
+          case 10: return Format::template Kernel<10, kVex>(group, g, u0, u1, pa, j0, f);
+          case 11: return Format::template Kernel<11, kVex>(group, g, u0, u1, pa, j0, f);
+          default: return Format::template Kernel<12, kVex>(group, g, u0, u1, pa, j0, f);
         }
       }
       break;
@@ -222,8 +229,8 @@ inline void PackedChunk(int64_t n, const uint8_t* group, const PackedLayout& g, 
 // the same integer sums and float chain whatever m, so a row decoded alone equals the row inside
 // a verification block or a batch of many sequences (the row layout's lane tiles are ~10% faster
 // for Q4_K prefill but 25% slower for Q8_0, kernels_bench MatMul vs MatMulPacked m=512).
-template <class Format>
-inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+template <class Format, bool kVex>
+inline void MatMulPackedRunWith(const ops::WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
   const PackedLayout g = PackedLayoutOf<Format>(w.rows, w.cols);
   const int64_t cols = w.cols, rows = w.rows;
 
@@ -295,11 +302,21 @@ inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m,
       for (int64_t u0 = 0; u0 < g.units; u0 += Format::kTileUnits) {
         const int64_t u1 = std::min(g.units, u0 + Format::kTileUnits);
         for (int64_t j0 = 0; j0 < m; j0 += chunk)
-          PackedChunk<Format>(std::min(chunk, m - j0), group, g, u0, u1, pa, j0, acc + j0 * kPackedRows);
+          PackedChunk<Format, kVex>(std::min(chunk, m - j0), group, g, u0, u1, pa, j0, acc + j0 * kPackedRows);
       }
       store(grp, acc);
     }
   });
+}
+
+// MatMulPackedRunWith with AVX-VNNI where an AVX2 CPU has it (same sums, fewer instructions).
+template <class Format>
+inline void MatMulPackedRun(const ops::WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+  if constexpr (!DSPARK_HAVE_VNNI) {
+    static const bool vex = HasAvxVnni();
+    if (vex && !kernels::AvxVnniDisabledForTest()) return MatMulPackedRunWith<Format, true>(w, x, m, y, pool);
+  }
+  MatMulPackedRunWith<Format, false>(w, x, m, y, pool);
 }
 
 #endif  // DSPARK_HAVE_PACKED_Q

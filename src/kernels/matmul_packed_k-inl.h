@@ -172,7 +172,7 @@ struct PackedQ45_K {
   // f += da * (d * Σ_s sc_s * cvt(Σ q·a) - dmin * cvt(Σ_s m_s * Σ a)) per super-block and
   // activation row (see the top of the file). kM <= 2 splits each sub-block's 8 vpdpbusd over two
   // chains (low and high nibbles): one chain is 8 dependent instructions.
-  template <int kM>
+  template <int kM, bool kVex>
   DSPARK_PACKED_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t u0,
                                         int64_t u1, const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
     constexpr bool kSplit = DSPARK_HAVE_VNNI && kM <= 2;  // AVX2: no registers for lo[4], hi[4]
@@ -195,8 +195,8 @@ struct PackedQ45_K {
           for (int j = 0; j < kM; ++j) {
             PackedI s0 = ZeroPI(), s1 = ZeroPI();
             for (int quad = 0; quad < 4; ++quad) {
-              Dot(s0, lo[quad], rows.A(aw + quad, j));
-              Dot(s1, hi[quad], rows.A(aw + 4 + quad, j));
+              Dot<kVex>(s0, lo[quad], rows.A(aw + quad, j));
+              Dot<kVex>(s1, hi[quad], rows.A(aw + 4 + quad, j));
             }
             gs[j] = FmaPF(ToPF(AddPI(s0, s1)), sc, gs[j]);
           }
@@ -209,8 +209,8 @@ struct PackedQ45_K {
           for (int quad = 0; quad < 4; ++quad) {
             PackedI lo, hi;
             Operands(sub, quad, lo, hi);
-            for (int j = 0; j < kM; ++j) Dot(acc[j], lo, rows.A(aw + quad, j));
-            for (int j = 0; j < kM; ++j) Dot(acc[j], hi, rows.A(aw + 4 + quad, j));
+            for (int j = 0; j < kM; ++j) Dot<kVex>(acc[j], lo, rows.A(aw + quad, j));
+            for (int j = 0; j < kM; ++j) Dot<kVex>(acc[j], hi, rows.A(aw + 4 + quad, j));
           }
           for (int j = 0; j < kM; ++j) gs[j] = FmaPF(ToPF(acc[j]), sc, gs[j]);
         }
@@ -294,7 +294,7 @@ struct PackedQ6_K {
   // Per sub-block, shared: the 4 unsigned operands (3 x and, and the fourth from the planes' top
   // bits: 3 GFNI affine + 1 ternary or) and sc as float. Per activation row: 4 vpdpbusd from the
   // offset correction, g += cvt(Σ (q - 32)·a) * sc_s. Per super-block and row: f += g * d * da.
-  template <int kM>
+  template <int kM, bool kVex>
   DSPARK_PACKED_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t u0,
                                         int64_t u1, const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
     const PackedI m6 = SetPI8(0x3F);
@@ -317,10 +317,10 @@ struct PackedQ6_K {
         const int64_t aw = 64 * u + 4 * s;  // first activation dword of the sub-block
         for (int j = 0; j < kM; ++j) {
           PackedI acc = SetPI(corr[j][16 * u + s]);
-          Dot(acc, x0, rows.A(aw, j));
-          Dot(acc, x1, rows.A(aw + 1, j));
-          Dot(acc, x2, rows.A(aw + 2, j));
-          Dot(acc, x3, rows.A(aw + 3, j));
+          Dot<kVex>(acc, x0, rows.A(aw, j));
+          Dot<kVex>(acc, x1, rows.A(aw + 1, j));
+          Dot<kVex>(acc, x2, rows.A(aw + 2, j));
+          Dot<kVex>(acc, x3, rows.A(aw + 3, j));
           gs[j] = FmaPF(ToPF(acc), sc, gs[j]);
         }
       }

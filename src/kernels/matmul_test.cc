@@ -158,7 +158,13 @@ TEST_P(MatMulTypes, PackedLayoutMatchesReference) {
     // m past two chunks.
     for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 33}) {
       const auto x = kernels::RandomVector(m * s.cols, 500 + m);
-      kernels::ForEachTarget([&](const std::string& target) { ExpectMatchesRef(w.view, x, m, pool, target); });
+      for (const bool vex_off : {false, true}) {  // AVX2 with and without AVX-VNNI
+        kernels::DisableAvxVnniForTest(vex_off);
+        kernels::ForEachTarget([&](const std::string& target) {
+          ExpectMatchesRef(w.view, x, m, pool, target + (vex_off ? " (AVX-VNNI off)" : ""));
+        });
+      }
+      kernels::DisableAvxVnniForTest(false);
     }
   }
   // The layout exists for float types everywhere, and for every quantised type on AVX-512 VNNI
@@ -226,19 +232,25 @@ TEST(MatMul, PackedQuantisedKernelsAgreeBitwiseAcrossTargets) {
       const auto x = kernels::RandomVector(m * cols, 40 + m);
       std::vector<float> first;
       std::string first_target;
-      kernels::ForEachTarget([&](const std::string& target) {
-        if (ops::PackedBytes(t, rows, cols) == 0) return;  // this target reads the rows
-        std::vector<float> y(m * rows);
-        ops::MatMul(w.view, x.data(), m, y.data(), pool);
-        if (first.empty()) {
-          first = y;
-          first_target = target;
-          return;
-        }
-        ++compared;
-        ASSERT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * sizeof(float)))
-            << DTypeName(t) << " m=" << m << ": " << target << " differs from " << first_target;
-      });
+      // AVX2 with and without AVX-VNNI (vpmaddubsw on CPUs that lack it).
+      for (const bool vex_off : {false, true}) {
+        kernels::DisableAvxVnniForTest(vex_off);
+        kernels::ForEachTarget([&](const std::string& target) {
+          if (ops::PackedBytes(t, rows, cols) == 0) return;  // this target reads the rows
+          std::vector<float> y(m * rows);
+          ops::MatMul(w.view, x.data(), m, y.data(), pool);
+          if (first.empty()) {
+            first = y;
+            first_target = target;
+            return;
+          }
+          ++compared;
+          ASSERT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * sizeof(float)))
+              << DTypeName(t) << " m=" << m << ": " << target << (vex_off ? " (AVX-VNNI off)" : "") << " differs from "
+              << first_target;
+        });
+      }
+      kernels::DisableAvxVnniForTest(false);
     }
   }
   if ((hwy::SupportedTargets() & HWY_AVX2) != 0 && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) {

@@ -15,4 +15,9 @@ void QuantizeActivationsForTest(bool k_quant, int sub, const float* x, int64_t c
 void DisableBf16DotForTest(bool disabled);
 bool Bf16DotDisabledForTest();
 
+// The same for AVX-VNNI (VEX vpdpbusd) in the AVX2 packed kernels, so that tests check the
+// vpmaddubsw path on a CPU that has the instruction.
+void DisableAvxVnniForTest(bool disabled);
+bool AvxVnniDisabledForTest();
+
 }  // namespace dspark::kernels
