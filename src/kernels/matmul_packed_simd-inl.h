@@ -161,21 +161,22 @@ HWY_INLINE PackedI TopBitsTo(PackedI v) {
 // AVX2 target does not enable it, so it is emitted as assembly and the kernels run it (kVex) only
 // where the CPU reports it.
 inline bool HasAvxVnni() { return __builtin_cpu_supports("avxvnni"); }
-HWY_INLINE void VexDpbusd(__m256i& acc, __m256i w, __m256i a) {
-  __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(w), "x"(a));
+// acc += Σ_4 w (u8) * a (s8) in each int32 lane of one ymm: vpdpbusd, or pairs in int16 (exact
+// while no pair passes 32767) and then pairs of pairs in int32.
+template <bool kVex>
+HWY_INLINE void DotHalf(__m256i& acc, __m256i w, __m256i a) {
+  if constexpr (kVex) {
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(w), "x"(a));
+  } else {
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1)));
+  }
 }
-// acc += Σ_4 w (u8, at most 63) * a (s8): pairs in int16 (exact), then pairs of pairs in int32.
+// acc += Σ_4 w (u8, at most 63) * a (s8).
 template <bool kVex>
 HWY_INLINE void DotValue(PackedI& acc, PackedI w, int32_t a) {
   const __m256i av = _mm256_set1_epi32(a);
-  if constexpr (kVex) {
-    VexDpbusd(acc.lo, w.lo, av);
-    VexDpbusd(acc.hi, w.hi, av);
-  } else {
-    const __m256i ones = _mm256_set1_epi16(1);
-    acc.lo = _mm256_add_epi32(acc.lo, _mm256_madd_epi16(_mm256_maddubs_epi16(w.lo, av), ones));
-    acc.hi = _mm256_add_epi32(acc.hi, _mm256_madd_epi16(_mm256_maddubs_epi16(w.hi, av), ones));
-  }
+  DotHalf<kVex>(acc.lo, w.lo, av);
+  DotHalf<kVex>(acc.hi, w.hi, av);
 }
 template <bool kVex>
 HWY_INLINE void Dot(PackedI& acc, PackedI w, const int32_t* a) {
@@ -185,16 +186,8 @@ HWY_INLINE void Dot(PackedI& acc, PackedI w, const int32_t* a) {
 template <bool kVex>
 HWY_INLINE void DotSigned(PackedI& acc, PackedI w, int32_t a) {
   const __m256i av = _mm256_set1_epi32(a);
-  const PackedI magnitude = {_mm256_sign_epi8(w.lo, w.lo), _mm256_sign_epi8(w.hi, w.hi)};
-  const __m256i a_lo = _mm256_sign_epi8(av, w.lo), a_hi = _mm256_sign_epi8(av, w.hi);
-  if constexpr (kVex) {
-    VexDpbusd(acc.lo, magnitude.lo, a_lo);
-    VexDpbusd(acc.hi, magnitude.hi, a_hi);
-  } else {
-    const __m256i ones = _mm256_set1_epi16(1);
-    acc.lo = _mm256_add_epi32(acc.lo, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude.lo, a_lo), ones));
-    acc.hi = _mm256_add_epi32(acc.hi, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude.hi, a_hi), ones));
-  }
+  DotHalf<kVex>(acc.lo, _mm256_sign_epi8(w.lo, w.lo), _mm256_sign_epi8(av, w.lo));
+  DotHalf<kVex>(acc.hi, _mm256_sign_epi8(w.hi, w.hi), _mm256_sign_epi8(av, w.hi));
 }
 HWY_INLINE void DotPairsU8(PackedI& acc, const uint8_t* m, int32_t pair) {
   const __m256i av = _mm256_set1_epi32(pair);
