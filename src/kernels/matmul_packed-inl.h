@@ -1,6 +1,6 @@
-// MatMul over weights repacked at load time ("packed layout", ops::PackWeights), AVX-512 VNNI:
-// the 32-column block formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and the dispatch over formats (Q4_K, Q5_K and Q6_K:
-// matmul_packed_k-inl.h; the shared driver: matmul_packed_common-inl.h).
+// MatMul over weights repacked at load time ("packed layout", ops::PackWeights), x86 SIMD: the
+// 32-column block formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and the dispatch over formats (Q4_K, Q5_K
+// and Q6_K: matmul_packed_k-inl.h; the shared driver: matmul_packed_common-inl.h).
 //
 // Why: with weights in ggml's row layout, a decode step (m = 1) computes one row dot at a time and
 // spends most of its instructions on per-block scale shuffles (each 32-byte block carries its own
@@ -26,8 +26,9 @@
 // in the row layout: Qwen3-0.6B shape, Q4_0, 2 threads, decode 61-62 tok/s against 107-112 packed,
 // a 4-row verification pass 34-36 ms against 14-15.
 //
-// Only AVX3_DL compiles the kernels; other targets report PackedBytes = 0 and MatMul keeps using
-// the original rows, which every packed view still points to (ops::WeightView::data).
+// AVX3_DL (vpdpbusd on zmm), AVX3 and AVX2 (two ymm, vpmaddubsw or AVX-VNNI) compile the kernels
+// over the same layouts (matmul_packed_simd-inl.h); other targets report PackedBytes = 0 and MatMul
+// keeps using the original rows, which every packed view still points to (ops::WeightView::data).
 #if defined(DSPARK_KERNELS_MATMUL_PACKED_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef DSPARK_KERNELS_MATMUL_PACKED_INL_H_
 #undef DSPARK_KERNELS_MATMUL_PACKED_INL_H_

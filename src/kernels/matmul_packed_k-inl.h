@@ -1,7 +1,9 @@
-// Packed-layout formats of the K-quants (Q4_K, Q5_K, Q6_K) for the driver in matmul_packed_common-inl.h (AVX-512 VNNI,
-// every m: decode, verification and prefill). As for Q8_0 (matmul_packed-inl.h), 16 weight rows sit in the
-// 16 int32 lanes of a zmm, so one vpdpbusd multiplies 4 columns of 16 rows by one activation dword
-// broadcast from memory, and scales are per-lane vectors instead of per-block shuffles.
+// Packed-layout formats of the K-quants (Q4_K, Q5_K, Q6_K) for the driver in
+// matmul_packed_common-inl.h (every m: decode, verification and prefill). As for Q8_0
+// (matmul_packed-inl.h), 16 weight rows sit in 16 int32 lanes (one zmm with AVX-512 VNNI, two ymm
+// with AVX2: matmul_packed_simd-inl.h), so one vpdpbusd multiplies 4 columns of 16 rows by one
+// activation dword broadcast from memory, and scales are per-lane vectors instead of per-block
+// shuffles.
 //
 // Q4_K (ggml block_q4_K: x = d*sc_s*q - dmin*m_s, q in [0, 15], 8 sub-blocks s of 32 columns),
 // per 16-row group and 256-column super-block, 2368 bytes (the rows' 2304 plus 64):
