@@ -30,6 +30,7 @@
 #include "kernels/kv_quant.h"          // QuantizeQ8Block
 #include "kernels/matmul_vnni-inl.h"   // DSPARK_HAVE_VNNI, DpbusdBcast, CvtI32
 #include "kernels/ops.h"               // kAttentionKeyTile
+#include "kernels/test_hooks.h"
 #include "util/dtype.h"
 #include "util/fp16.h"
 
@@ -290,10 +291,11 @@ DSPARK_VNNI_ATTR HWY_NOINLINE void TileScoresQ8Vnni(const QueryQ8& qq, const uin
 }
 #endif  // DSPARK_HAVE_VNNI
 
-// Whether Q8_0 scores run on vpdpbusd here (the same numbers either way).
+// Whether Q8_0 scores run on vpdpbusd here (the same numbers either way; a test turns it off to
+// check that).
 inline bool UseQ8ScoresVnni() {
 #if DSPARK_HAVE_VNNI
-  return true;
+  return !kernels::Q8ScoresVnniDisabledForTest();
 #else
   return false;
 #endif

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/ops.h"
+#include "kernels/test_hooks.h"
 #include "kernels/ref/ops_ref.h"
 #include "kernels/test_util.h"
 #include "util/fp16.h"
@@ -240,6 +241,26 @@ TEST(Attention, RowAloneEqualsRowInBlockBitwise) {
       }
     });
   }
+}
+
+// Scores over Q8_0 keys are exact integer sums scaled in one fixed order, so vpdpbusd (AVX-512
+// VNNI) and the portable float path give bitwise the same attention on the same target.
+TEST(Attention, Q8ScoresVnniEqualsPortableBitwise) {
+  int compared = 0;
+  for (const Case& c : kCases) {
+    const Data data(c);
+    if (!data.q8()) continue;
+    std::vector<int> all(c.rows);
+    for (int r = 0; r < c.rows; ++r) all[r] = r;
+    const std::vector<float> vnni = data.Run(DType::kQ8_0, all, c.n);
+    kernels::DisableQ8ScoresVnniForTest(true);
+    const std::vector<float> portable = data.Run(DType::kQ8_0, all, c.n);
+    kernels::DisableQ8ScoresVnniForTest(false);
+    ASSERT_EQ(0, std::memcmp(vnni.data(), portable.data(), vnni.size() * sizeof(float)))
+        << "rows=" << c.rows << " hpr=" << c.heads_per_row << " hd=" << c.head_dim << " n=" << c.n;
+    ++compared;
+  }
+  EXPECT_GT(compared, 3);
 }
 
 TEST(Attention, EmptyContextGivesZeros) {

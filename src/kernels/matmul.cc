@@ -39,11 +39,14 @@ void QuantizeActivationsForTest(bool k_quant, int sub, const float* x, int64_t c
 namespace {
 std::atomic<bool> bf16_dot_disabled{false};
 std::atomic<bool> avx_vnni_disabled{false};
+std::atomic<bool> q8_scores_vnni_disabled{false};
 }  // namespace
 void DisableBf16DotForTest(bool disabled) { bf16_dot_disabled.store(disabled); }
 bool Bf16DotDisabledForTest() { return bf16_dot_disabled.load(std::memory_order_relaxed); }
 void DisableAvxVnniForTest(bool disabled) { avx_vnni_disabled.store(disabled); }
 bool AvxVnniDisabledForTest() { return avx_vnni_disabled.load(std::memory_order_relaxed); }
+void DisableQ8ScoresVnniForTest(bool disabled) { q8_scores_vnni_disabled.store(disabled); }
+bool Q8ScoresVnniDisabledForTest() { return q8_scores_vnni_disabled.load(std::memory_order_relaxed); }
 }  // namespace kernels
 
 namespace ops {

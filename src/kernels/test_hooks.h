@@ -20,4 +20,9 @@ bool Bf16DotDisabledForTest();
 void DisableAvxVnniForTest(bool disabled);
 bool AvxVnniDisabledForTest();
 
+// The same for vpdpbusd scores over Q8_0 keys in attention: the portable path then runs on an
+// AVX-512 VNNI CPU, where its scores must equal vpdpbusd's bitwise.
+void DisableQ8ScoresVnniForTest(bool disabled);
+bool Q8ScoresVnniDisabledForTest();
+
 }  // namespace dspark::kernels
