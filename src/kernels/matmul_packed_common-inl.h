@@ -117,10 +117,14 @@ HWY_INLINE void PrefetchUnitLines(const uint8_t* unit, int first, int n) {
 // Bytes ahead of the weight loads that the kernels prefetch.
 inline constexpr int64_t kPackedPrefetch = 4096;
 // Activation rows per kernel pass: with AVX-512, 8 float accumulators plus the int32 ones and the
-// unpacked weights fit the 32 zmm registers; AVX2's 16 ymm hold two rows (two ymm per 16 lanes). A
-// format whose kernel keeps fewer accumulators in registers may take more (Format::kMaxChunkRows):
-// every further chunk unpacks the weights again.
-inline constexpr int64_t kPackedRowChunk = DSPARK_HAVE_VNNI ? 8 : 2;
+// unpacked weights fit the 32 zmm registers. AVX2's 16 ymm hold two rows (two ymm per 16 lanes),
+// but 4 rows with some accumulators spilled to L1 beat unpacking the weights twice as often
+// (AVX2 target on the Zen 5 host, 2 alternating runs, Q4_K 3072 x 1024: m = 4 67-72 -> 53-62 us,
+// m = 512 7.2-7.5 -> 6.3-6.8 ms with AVX-VNNI; without it within noise; the whole Qwen3-0.6B-shape
+// model's prefill and verification within noise). A format whose kernel
+// keeps fewer accumulators in registers may take more (Format::kMaxChunkRows): every further chunk
+// unpacks the weights again.
+inline constexpr int64_t kPackedRowChunk = DSPARK_HAVE_VNNI ? 8 : 4;
 
 template <class Format>
 constexpr int64_t MaxChunkRows() {
@@ -194,35 +198,15 @@ inline void PackGroups(const ops::WeightView& w, void* dst, ThreadPool& pool) {
   });
 }
 
-template <class Format, bool kVex>
+// Format's kernel for a chunk of n (1..kMax) activation rows: the row count is a template argument
+// chosen at run time.
+template <class Format, bool kVex, int kMax = static_cast<int>(MaxChunkRows<Format>())>
 inline void PackedChunk(int64_t n, const uint8_t* group, const PackedLayout& g, int64_t u0, int64_t u1,
                         const PackedActs& pa, int64_t j0, float* f) {
-  switch (n) {
-    case 1: Format::template Kernel<1, kVex>(group, g, u0, u1, pa, j0, f); break;
-    case 2: Format::template Kernel<2, kVex>(group, g, u0, u1, pa, j0, f); break;
-    default:
-      // AVX2 runs at most kPackedRowChunk (2) rows per pass.
-      if constexpr (MaxChunkRows<Format>() > 2) {
-        switch (n) {
-          case 3: return Format::template Kernel<3, kVex>(group, g, u0, u1, pa, j0, f);
-          case 4: return Format::template Kernel<4, kVex>(group, g, u0, u1, pa, j0, f);
-          case 5: return Format::template Kernel<5, kVex>(group, g, u0, u1, pa, j0, f);
-          case 6: return Format::template Kernel<6, kVex>(group, g, u0, u1, pa, j0, f);
-          case 7: return Format::template Kernel<7, kVex>(group, g, u0, u1, pa, j0, f);
-          case 8: return Format::template Kernel<8, kVex>(group, g, u0, u1, pa, j0, f);
-          default: break;
-        }
-      }
-      if constexpr (MaxChunkRows<Format>() >= 12) {
-        switch (n) {
-          case 9: return Format::template Kernel<9, kVex>(group, g, u0, u1, pa, j0, f);
-          case 10: return Format::template Kernel<10, kVex>(group, g, u0, u1, pa, j0, f);
-          case 11: return Format::template Kernel<11, kVex>(group, g, u0, u1, pa, j0, f);
-          default: return Format::template Kernel<12, kVex>(group, g, u0, u1, pa, j0, f);
-        }
-      }
-      break;
+  if constexpr (kMax > 1) {
+    if (n < kMax) return PackedChunk<Format, kVex, kMax - 1>(n, group, g, u0, u1, pa, j0, f);
   }
+  Format::template Kernel<kMax, kVex>(group, g, u0, u1, pa, j0, f);
 }
 
 // y[m, rows] = x[m, cols] · wᵀ from w.packed in Format's layout, for every m: each output row is
