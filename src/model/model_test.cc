@@ -10,7 +10,9 @@
 #include <fmt/format.h>
 
 #include "kernels/ops.h"
+#include "gguf/gguf.h"
 #include "model/model.h"
+#include "model/quantize.h"
 #include "model/synth.h"
 #include "model/testing/tiny_models.h"
 
@@ -475,6 +477,68 @@ TEST(KvCacheQ8, CloseToF32CacheCopiesAndRollsBackExactly) {
   EXPECT_EQ(0, std::memcmp(from_copy.data(), from_original.data(), from_copy.size() * sizeof(float)));
   // The rolled-back and recomputed rows equal the first run's (cells are rewritten in place).
   for (size_t i = 0; i < from_original.size(); ++i) ASSERT_EQ(from_original[i], got[33 * c.n_vocab + i]) << i;
+}
+
+}  // namespace
+}  // namespace dspark
+
+namespace dspark {
+namespace {
+
+// `dspark quantize` to each target: a tiny model (rows of 64, shorter than a K-quant super-block)
+// gets llama.cpp's fallback types, every matrix holds the F32 weights to within its type's
+// rounding, and the file loads and runs.
+TEST(Quantize, EveryTargetWritesLlamaCppFallbacksThatHoldTheWeights) {
+  const std::string src = testing::WriteTiny(testing::TinySpec("qwen3", DType::kF32), "quantize_src");
+  auto src_file = gguf::File::Open(src);
+  ASSERT_TRUE(src_file.ok());
+  ThreadPool pool(2);
+  struct Expect {
+    DType target, matrices;
+    double rms;  // bound on rms(dequantised - original) / rms(original)
+  };
+  for (const Expect e : {Expect{DType::kQ8_0, DType::kQ8_0, 0.01}, Expect{DType::kQ4_0, DType::kQ4_0, 0.12},
+                         Expect{DType::kQ4_1, DType::kQ4_1, 0.1}, Expect{DType::kQ5_0, DType::kQ5_0, 0.06},
+                         Expect{DType::kQ5_1, DType::kQ5_1, 0.05}, Expect{DType::kQ4_K, DType::kQ5_0, 0.06},
+                         Expect{DType::kQ5_K, DType::kQ5_1, 0.05}, Expect{DType::kQ6_K, DType::kQ8_0, 0.01}}) {
+    const std::string out = testing::TempPath(std::string("quantize_") + std::string(DTypeName(e.target)) + ".gguf");
+    QuantizeReport report;
+    ASSERT_TRUE(QuantizeFile(src, out, e.target, &report).ok()) << DTypeName(e.target);
+    EXPECT_GT(report.converted, 0);
+    auto file = gguf::File::Open(out);
+    ASSERT_TRUE(file.ok());
+    int matrices = 0;
+    for (const auto& t : (*file)->tensors()) {
+      if (t.ne.size() < 2 || t.Rows() == 1) continue;
+      ASSERT_EQ(t.type, e.matrices) << DTypeName(e.target) << " " << t.name;
+      const gguf::TensorInfo* orig = (*src_file)->FindTensor(t.name);
+      ASSERT_NE(orig, nullptr) << t.name;
+      const int64_t cols = t.ne[0];
+      std::vector<float> row(cols);
+      double err2 = 0, ref2 = 0;
+      for (int64_t r = 0; r < t.Rows(); ++r) {
+        ops::DequantizeRow(t.type, t.data + r * RowBytes(t.type, cols), row.data(), cols);
+        const auto* w = reinterpret_cast<const float*>(orig->data) + r * cols;
+        for (int64_t k = 0; k < cols; ++k) {
+          err2 += (row[k] - w[k]) * (row[k] - w[k]);
+          ref2 += w[k] * w[k];
+        }
+      }
+      EXPECT_LT(std::sqrt(err2 / ref2), e.rms) << DTypeName(e.target) << " " << t.name;
+      ++matrices;
+    }
+    EXPECT_GT(matrices, 5);
+    auto q = Model::Load(out);
+    ASSERT_TRUE(q.ok()) << q.status().message();
+    KvCache cache((*q)->config(), 1, 32, DType::kF32);
+    Batch batch;
+    for (int i = 0; i < 4; ++i) batch.Add(i + 1, i, 0, i == 3);
+    auto fwd = (*q)->Forward(batch, cache, pool);
+    ASSERT_TRUE(fwd.ok());
+    for (float x : fwd->logits) ASSERT_TRUE(std::isfinite(x));
+  }
+  EXPECT_EQ(QuantizeTypeForRows(DType::kQ4_K, 512), DType::kQ4_K);
+  EXPECT_EQ(QuantizeTypeForRows(DType::kQ4_K, 48), DType::kF16);
 }
 
 }  // namespace

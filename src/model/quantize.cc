@@ -8,11 +8,29 @@
 namespace dspark {
 
 bool IsQuantizeTarget(DType type) {
-  return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ4_K || type == DType::kQ6_K ||
-         type == DType::kQ5_K || type == DType::kF16 || type == DType::kBF16;
+  switch (type) {
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
+    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: case DType::kF16: case DType::kBF16:
+      return true;
+    default:
+      return false;
+  }
 }
 
-const char* QuantizeTargetNames() { return "Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16, BF16"; }
+const char* QuantizeTargetNames() { return "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16"; }
+
+DType QuantizeTypeForRows(DType target, int64_t cols) {
+  if (cols % Info(target).block_size == 0) return target;
+  // Rows shorter than a K-quant super-block take llama.cpp's fallbacks (llama_tensor_get_type):
+  // Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, which keep about the bits per weight; rows that are
+  // not even a multiple of 32 stay F16.
+  if (cols % 32 != 0) return DType::kF16;
+  switch (target) {
+    case DType::kQ4_K: return DType::kQ5_0;
+    case DType::kQ5_K: return DType::kQ5_1;
+    default: return DType::kQ8_0;
+  }
+}
 
 void ReencodeMatrix(const ops::WeightView& src, DType type, uint8_t* dst) {
   const int64_t cols = src.cols;
@@ -36,9 +54,7 @@ Status QuantizeFile(const std::string& in, const std::string& out, DType target,
   QuantizeReport r;
   for (const auto& t : src.tensors()) {
     const bool is_float = t.type == DType::kF32 || t.type == DType::kF16 || t.type == DType::kBF16;
-    DType type = target;
-    // K-quants need rows of 256; fall back to Q8_0 (as llama.cpp does) where rows are shorter.
-    if (t.ne[0] % Info(type).block_size != 0) type = t.ne[0] % 32 == 0 ? DType::kQ8_0 : DType::kF16;
+    const DType type = QuantizeTypeForRows(target, t.ne[0]);
     // One-row "matrices" (a DSpark confidence projection {E+R, 1}) are vectors: dot products,
     // not matmuls, and too small for quantisation to save anything.
     if (!is_float || t.ne.size() < 2 || t.Rows() == 1 || t.type == type) {
