@@ -62,24 +62,24 @@ namespace HWY_NAMESPACE {
 
 #if DSPARK_HAVE_PACKED_Q
 
-// Q4_K and Q5_K (kHighBit): the same scales and nibbles; Q5_K adds each sub-block's fifth bits as
-// 8 byte masks, one per nibble operand (see the top of the file).
+// Q4_K and Q5_K (kHighBit): the same scales and nibbles; Q5_K adds each sub-block's plane of fifth
+// bits (see the top of the file).
 template <bool kHighBit>
 struct PackedQ45_K {
   using Block = std::conditional_t<kHighBit, BlockQ5_K, BlockQ4_K>;
   static constexpr int64_t kUnitCols = kQK_K;
   static constexpr int64_t kScaleBytes = 320;  // d, dmin, sc, m of 16 rows
   static constexpr int64_t kNibbleBytes = kPackedRows * 16;  // 32 columns of 16 rows at 4 bits
-  static constexpr int64_t kMaskBytes = kHighBit ? 64 : 0;  // Q5_K: the plane of fifth bits
-  static constexpr int64_t kSubBytes = kNibbleBytes + kMaskBytes;
+  static constexpr int64_t kPlaneBytes = kHighBit ? 64 : 0;  // Q5_K: the plane of fifth bits
+  static constexpr int64_t kSubBytes = kNibbleBytes + kPlaneBytes;
   static constexpr int64_t kUnitBytes = kScaleBytes + 8 * kSubBytes;
   static constexpr int64_t kLinesPerSub = (kUnitBytes / 64 + 7) / 8;  // Q4_K 5 of 37, Q5_K 6 of 45
   static constexpr int kSub = 32;
   static constexpr bool kKQuant = true;
   static constexpr bool kInterleavedActs = true;  // reads ActRows::A
-  // Rows per pass: past 8 the float outputs stay in memory (KernelOutputs: one load and store per
-  // super-block and row, against ~80 instructions of sub-block work), so a 9-row verification
-  // block (n-max 8) unpacks each weight tile once.
+  // Rows per pass: past kPackedRowChunk the float outputs stay in memory (KernelOutputs: one load
+  // and store per super-block and row, against ~80 instructions of sub-block work), so with
+  // AVX-512 a 9-row verification block (n-max 8) unpacks each weight tile once.
   static constexpr int64_t kMaxChunkRows = DSPARK_HAVE_VNNI ? 12 : kPackedRowChunk;
   // 4 super-blocks of 16 rows = 9.25 KiB (Q5_K 11.25).
   static constexpr int64_t kTileUnits = 4;
