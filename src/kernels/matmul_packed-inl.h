@@ -136,8 +136,12 @@ struct PackedBlock32 {
     }
   }
 
-  // corr = -offset * Σ a per block: removes the excess of the unsigned operands in the accumulator.
-  static void PrepareActs(const PackedActs& pa, int64_t j) { OffsetCorrection(pa, j, 32, kOffset); }
+  // corr = -offset * Σ a per block: removes the excess of the unsigned operands in the accumulator
+  // (nothing to remove for Q4_1 / Q5_1, nor for Q8_0's signed operands on AVX2: StartSum starts
+  // those at zero).
+  static void PrepareActs(const PackedActs& pa, int64_t j) {
+    if constexpr (kOffset != 0 && !kSignedDot) OffsetCorrection(pa, j, 32, kOffset);
+  }
 
   // Q8_0 on targets whose byte products saturate past int16 (AVX2): signed operands q, no offset.
   static constexpr bool kSignedDot = kPackedSignedQ8 && kType == DType::kQ8_0;
@@ -158,7 +162,9 @@ struct PackedBlock32 {
     }
   }
   // The block's accumulator start (the offset correction) and one operand's products.
-  DSPARK_PACKED_ATTR static HWY_INLINE PackedI StartSum(int32_t corr) { return kSignedDot ? ZeroPI() : SetPI(corr); }
+  DSPARK_PACKED_ATTR static HWY_INLINE PackedI StartSum(int32_t corr) {
+    return kOffset == 0 || kSignedDot ? ZeroPI() : SetPI(corr);  // corr is only written for an offset
+  }
   template <bool kVex>
   DSPARK_PACKED_ATTR static HWY_INLINE void AddProducts(PackedI& acc, PackedI w, int32_t a) {
     if constexpr (kSignedDot) {
