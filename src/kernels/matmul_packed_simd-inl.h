@@ -78,13 +78,6 @@ template <bool kVex>
 DSPARK_PACKED_ATTR HWY_INLINE void DotValue(PackedI& acc, PackedI w, int32_t a) {
   acc = _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(a));
 }
-// acc += Σ_4 w (s8) * a (s8) (kPackedSignedQ8 targets take Q8_0 this way; here for completeness).
-template <bool kVex>
-DSPARK_PACKED_ATTR HWY_INLINE void DotSigned(PackedI& acc, PackedI w, int32_t a) {
-  const __m512i av = _mm512_set1_epi32(a);
-  const __m512i signed_a = _mm512_mask_sub_epi8(av, _mm512_movepi8_mask(w), _mm512_setzero_si512(), av);
-  acc = _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(w), signed_a);
-}
 // acc += Σ_2 m (u8 pairs widened from 32 bytes, one pair per row) * a (the int16 pair `pair`).
 DSPARK_PACKED_ATTR HWY_INLINE void DotPairsU8(PackedI& acc, const uint8_t* m, int32_t pair) {
   const __m512i mp = _mm512_maskz_cvtepu8_epi16(~0u, _mm256_load_si256(reinterpret_cast<const __m256i*>(m)));
