@@ -5,8 +5,9 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 DSPARK := $(BUILD_DIR)/bin/dspark
-# printf format (\n is a newline); the recipe runs under /bin/sh (dash), whose printf keeps \" as
-# two characters, so the quotes are written plainly.
+# dspark reads the escapes (\n is a newline, as in llama.cpp's -e); the recipe quotes it with single
+# quotes, so it holds none. (Through the shell's $(printf ...) the trailing newline was lost: the
+# last line then ended mid-token and both drafters' acceptance fell by half.)
 PROMPT ?= def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n
 N ?= 96
 # The fastest setting measured on this pair's held-out prompts (README, Performance): prompt lookup
@@ -63,10 +64,10 @@ $(Q8)/%-bf16.gguf: models/%.gguf $(DSPARK)
 # Generates with the bundled reference models, speculatively and plain on the same prompt, and
 # prints both speeds, the speed-up, acceptance and whether the outputs are identical.
 run: drafters
-	@$(DSPARK) generate -m $(MODEL) $(SPEC) --compare -p "$$(printf '$(PROMPT)')" -n $(N)
+	@$(DSPARK) generate -m $(MODEL) $(SPEC) --compare -p '$(PROMPT)' -n $(N)
 ifneq ($(SPEC2),)
 	@echo "---- the same prompt with the DSpark drafter ----"
-	@$(DSPARK) generate -m $(MODEL) $(SPEC2) --compare -p "$$(printf '$(PROMPT)')" -n $(N)
+	@$(DSPARK) generate -m $(MODEL) $(SPEC2) --compare -p '$(PROMPT)' -n $(N)
 endif
 
 test: build

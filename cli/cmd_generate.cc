@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "util/escapes.h"
 #include "spec/drafters/factory.h"
 #include "spec/engine.h"
 
@@ -17,6 +18,8 @@ namespace {
 struct GenerateFlags {
   std::string model;
   std::string prompt;
+  std::string prompt_file;
+  bool escape = true;
   int n_predict = 128;
   float temp = 0.0f;
   int top_k = 0;
@@ -54,20 +57,26 @@ void PrintStats(const char* label, const GenerateResult& r) {
                static_cast<long long>(s.num_accepted_tokens), 100 * s.acceptance_rate(), s.tau(),
                static_cast<long long>(s.num_target_calls), static_cast<long long>(s.num_draft_calls), label,
                per_pos.c_str(), label, s.draft_ms, s.verify_ms, s.sample_ms, s.other_ms);
-  if (std::all_of(s.predicted_survival_sum.begin(), s.predicted_survival_sum.end(), [](double v) { return v == 0; }))
-    return;  // the drafter predicts no survival (no confidence head)
-  // Calibration: the drafter's mean predicted survival of slot i vs how often slot i survived,
-  // over the drafts that had a slot i.
+  // Calibration: the mean predicted survival of slot i vs how often slot i survived, over the
+  // drafts that carried a prediction (none: no confidence head and no draft probabilities).
   std::string cal;
-  for (size_t i = 0; i < s.predicted_survival_sum.size() && i < s.drafted_per_pos.size(); ++i) {
-    if (s.drafted_per_pos[i] == 0) continue;
-    cal += fmt::format(" {}:{:.2f}/{:.2f}", i + 1, s.predicted_survival_sum[i] / s.drafted_per_pos[i],
-                       double(s.accepted_per_pos[i]) / s.drafted_per_pos[i]);
+  const auto calibration = s.calibration();
+  for (size_t i = 0; i < calibration.size(); ++i) {
+    if (calibration[i].drafts == 0) continue;
+    cal += fmt::format(" {}:{:.2f}/{:.2f}", i + 1, calibration[i].predicted, calibration[i].realised);
   }
+  if (cal.empty()) return;
   std::fprintf(stderr, "dspark: %s: calibration (slot:predicted/realised survival):%s\n", label, cal.c_str());
 }
 
 int RunGenerate(GenerateFlags f) {
+  if (!f.prompt_file.empty()) {
+    auto text = ReadTextFile(f.prompt_file, "prompt file");
+    if (!text.ok()) return Fail(text.status());
+    f.prompt = std::move(*text);
+  } else if (f.escape) {
+    f.prompt = ProcessEscapes(f.prompt);
+  }
   f.drafter.repack = !f.no_repack;
   auto loaded = LoadModelAndTokenizer(f.model, ModelOptions{!f.no_repack});
   if (!loaded.ok()) return Fail(loaded.status());
@@ -109,14 +118,19 @@ int RunGenerate(GenerateFlags f) {
   }
   SpeculativeEngine engine(model, tok, pool, n_ctx, drafter->get(), f.schedule, f.cache_type);
 
+  // The text streams as it is generated, except with --compare: the plain run is not streamed, and
+  // writing and flushing each token (30-40 us a token to a pipe) would count against speculation
+  // alone in the speed-up. Both runs are timed alike and the text is printed after them.
+  const bool stream = !f.json && !f.compare;
   auto result = engine.Generate(f.prompt, opt, [&](int32_t, std::string_view text, TokenSource) {
-    if (!f.json && !text.empty()) {
+    if (stream && !text.empty()) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     }
     return true;
   });
   if (!result.ok()) return Fail(result.status());
+  if (!f.json && !stream) std::fwrite(result->text.data(), 1, result->text.size(), stdout);
   // End the streamed text's line, so that the statistics on stderr start on their own line.
   if (!f.json && !result->text.empty() && result->text.back() != '\n') {
     std::fputc('\n', stdout);
@@ -157,7 +171,11 @@ Runner RegisterGenerate(CLI::App& app) {
   f->model = DefaultModelPath();
   CLI::App* sub = app.add_subcommand("generate", "Generate text from a prompt (plain or speculative)");
   sub->add_option("-m,--model", f->model, "Target model GGUF")->capture_default_str();
-  sub->add_option("-p,--prompt", f->prompt, "Prompt text")->required();
+  auto* prompt = sub->add_option("-p,--prompt", f->prompt, "Prompt text (escapes such as \\n are processed unless --no-escape)");
+  auto* file = sub->add_option("-f,--file", f->prompt_file, "Read the prompt from this file (as written, no escapes)");
+  prompt->excludes(file);
+  sub->add_flag("-e,--escape,!--no-escape", f->escape,
+                "Process escapes in -p (\\n \\r \\t \\' \\\" \\\\ \\xHH), as llama.cpp does; on by default");
   sub->add_option("-n,--n-predict", f->n_predict, "Tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   sub->add_option("--temp", f->temp, "Temperature (0 = greedy)")->capture_default_str();
   sub->add_option("--top-k", f->top_k, "Top-k (0 = off)")->capture_default_str();
@@ -182,7 +200,11 @@ Runner RegisterGenerate(CLI::App& app) {
       ->check(CLI::IsMember({"cut", "cost"}));
   sub->add_flag("--spec-adaptive", f->schedule.adaptive, "Choose each draft's length from measured acceptance and cost (a draft model ends each draft where its calibrated survival stops paying for verification)");
   sub->add_flag("--compare", f->compare, "Also run plain decoding and report the speed-up and whether outputs match");
-  return [f] { return RunGenerate(*f); };
+  return [f, prompt, file] {
+    if (prompt->count() == 0 && file->count() == 0)
+      return Fail(InvalidArgument("generate: give a prompt with -p TEXT or -f FILE"));
+    return RunGenerate(*f);
+  };
 }
 
 }  // namespace dspark::cli

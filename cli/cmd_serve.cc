@@ -77,11 +77,9 @@ int RunServe(ServeFlags f) {
   }
 
   if (!f.chat_template_file.empty()) {
-    std::ifstream in(f.chat_template_file);
-    if (!in) return Fail(NotFound("serve: cannot read --chat-template-file {}", f.chat_template_file));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    f.server.chat_template = ss.str();
+    auto text = ReadTextFile(f.chat_template_file, "--chat-template-file");
+    if (!text.ok()) return Fail(text.status().WithContext("serve: "));
+    f.server.chat_template = std::move(*text);
   } else {
     auto tmpl = model.file().GetStringOr("tokenizer.chat_template", "");
     if (!tmpl.ok()) return Fail(tmpl.status());

@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
+
 namespace dspark::cli {
 
 Result<LoadedModel> LoadModelAndTokenizer(const std::string& path, const ModelOptions& options) {
@@ -14,6 +17,15 @@ Result<LoadedModel> LoadModelAndTokenizer(const std::string& path, const ModelOp
     return InvalidArgument("{}: tokenizer has {} tokens but the embedding table has {} rows", path,
                            out.tokenizer->n_vocab(), out.model->config().n_vocab);
   return out;
+}
+
+Result<std::string> ReadTextFile(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot read {} '{}'", what, path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return Internal("error reading {} '{}'", what, path);
+  return ss.str();
 }
 
 std::string DefaultModelPath() {

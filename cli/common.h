@@ -57,6 +57,9 @@ inline int ContextSize(int requested, const Model& model) {
 // -t/--threads when given, else the physical cores.
 inline int ThreadCount(int requested) { return requested > 0 ? requested : ThreadPool::DefaultThreadCount(); }
 
+// The whole of a text file (a prompt, a chat template); `what` names it in the error.
+Result<std::string> ReadTextFile(const std::string& path, std::string_view what);
+
 // The model `make run` and tests use when -m is not given.
 std::string DefaultModelPath();
 

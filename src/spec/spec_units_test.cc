@@ -40,6 +40,14 @@ TEST(SpecStats, ArithmeticOnScriptedSteps) {
   EXPECT_EQ(s.drafted_per_pos, (std::vector<int64_t>{3, 3, 2, 2}));
   const auto per_pos = s.acceptance_per_position();
   EXPECT_DOUBLE_EQ(per_pos[0], 2.0 / 3.0);
+  // Calibration counts only the one draft that carried predictions (lookup drafts carry none).
+  const auto cal = s.calibration();
+  ASSERT_EQ(cal.size(), 4u);
+  EXPECT_EQ(cal[0].drafts, 1);
+  EXPECT_NEAR(cal[0].predicted, 0.9, 1e-6);
+  EXPECT_DOUBLE_EQ(cal[0].realised, 1.0);
+  EXPECT_NEAR(cal[2].predicted, 0.5, 1e-6);
+  EXPECT_DOUBLE_EQ(cal[2].realised, 0.0);
   SpecStats t;
   t.RecordStep(1, 1, {});
   s.Merge(t);
@@ -48,6 +56,8 @@ TEST(SpecStats, ArithmeticOnScriptedSteps) {
   const auto j = s.ToJson();
   EXPECT_EQ(j["accepted"], 7);
   EXPECT_DOUBLE_EQ(j["tau"].get<double>(), 1.0 + 7.0 / 4.0);
+  EXPECT_NEAR(j["predicted_survival_per_position"][1].get<double>(), 0.8, 1e-6);
+  EXPECT_DOUBLE_EQ(j["realised_survival_per_position"][1].get<double>(), 1.0);
 }
 
 TEST(Scheduler, FixedModeCapsAndCutsOnConfidence) {

@@ -1,5 +1,7 @@
 #include "spec/stats.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace dspark {
@@ -19,11 +21,17 @@ void SpecStats::RecordStep(int drafted, int accepted, const std::vector<float>& 
   num_accepted_tokens += accepted;
   GrowTo(accepted_per_pos, drafted);
   GrowTo(drafted_per_pos, drafted);
-  GrowTo(predicted_survival_sum, drafted);
+  const int predicted = std::min(drafted, static_cast<int>(survival.size()));
+  GrowTo(predicted_survival_sum, predicted);
+  GrowTo(predicted_per_pos, predicted);
+  GrowTo(predicted_accepted_per_pos, predicted);
   for (int i = 0; i < drafted; ++i) {
     ++drafted_per_pos[i];
     if (i < accepted) ++accepted_per_pos[i];
-    if (i < static_cast<int>(survival.size())) predicted_survival_sum[i] += survival[i];
+    if (i >= predicted) continue;
+    predicted_survival_sum[i] += survival[i];
+    ++predicted_per_pos[i];
+    if (i < accepted) ++predicted_accepted_per_pos[i];
   }
 }
 
@@ -37,9 +45,14 @@ void SpecStats::Merge(const SpecStats& o) {
   GrowTo(accepted_per_pos, o.accepted_per_pos.size());
   GrowTo(drafted_per_pos, o.drafted_per_pos.size());
   GrowTo(predicted_survival_sum, o.predicted_survival_sum.size());
+  GrowTo(predicted_per_pos, o.predicted_per_pos.size());
+  GrowTo(predicted_accepted_per_pos, o.predicted_accepted_per_pos.size());
   for (size_t i = 0; i < o.accepted_per_pos.size(); ++i) accepted_per_pos[i] += o.accepted_per_pos[i];
   for (size_t i = 0; i < o.drafted_per_pos.size(); ++i) drafted_per_pos[i] += o.drafted_per_pos[i];
   for (size_t i = 0; i < o.predicted_survival_sum.size(); ++i) predicted_survival_sum[i] += o.predicted_survival_sum[i];
+  for (size_t i = 0; i < o.predicted_per_pos.size(); ++i) predicted_per_pos[i] += o.predicted_per_pos[i];
+  for (size_t i = 0; i < o.predicted_accepted_per_pos.size(); ++i)
+    predicted_accepted_per_pos[i] += o.predicted_accepted_per_pos[i];
   num_target_calls += o.num_target_calls;
   num_draft_calls += o.num_draft_calls;
   num_fallbacks += o.num_fallbacks;
@@ -57,6 +70,18 @@ std::vector<double> SpecStats::acceptance_per_position() const {
   return out;
 }
 
+std::vector<SpecStats::SlotCalibration> SpecStats::calibration() const {
+  std::vector<SlotCalibration> out(predicted_per_pos.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t n = predicted_per_pos[i];
+    out[i].drafts = n;
+    if (n == 0) continue;
+    out[i].predicted = predicted_survival_sum[i] / static_cast<double>(n);
+    out[i].realised = static_cast<double>(predicted_accepted_per_pos[i]) / static_cast<double>(n);
+  }
+  return out;
+}
+
 nlohmann::json SpecStats::ToJson() const {
   nlohmann::json j;
   j["prompt_tokens"] = prompt_tokens;
@@ -69,10 +94,10 @@ nlohmann::json SpecStats::ToJson() const {
   j["tau"] = tau();
   j["accepted_per_position"] = accepted_per_pos;
   j["acceptance_per_position"] = acceptance_per_position();
-  std::vector<double> predicted(predicted_survival_sum.size()), realised(drafted_per_pos.size());
-  for (size_t i = 0; i < predicted.size() && i < drafted_per_pos.size(); ++i) {
-    predicted[i] = drafted_per_pos[i] ? predicted_survival_sum[i] / drafted_per_pos[i] : 0;
-    realised[i] = drafted_per_pos[i] ? double(accepted_per_pos[i]) / drafted_per_pos[i] : 0;
+  std::vector<double> predicted, realised;
+  for (const SlotCalibration& c : calibration()) {
+    predicted.push_back(c.predicted);
+    realised.push_back(c.realised);
   }
   j["predicted_survival_per_position"] = predicted;
   j["realised_survival_per_position"] = realised;

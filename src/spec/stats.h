@@ -20,7 +20,11 @@ struct SpecStats {
   int64_t num_accepted_tokens = 0;
   std::vector<int64_t> accepted_per_pos;  // [i]: drafts whose token i was accepted
   std::vector<int64_t> drafted_per_pos;   // [i]: drafts that had a token i
-  std::vector<double> predicted_survival_sum;  // [i]: sum of the drafter's predicted survival of slot i
+  // Calibration, over the drafts whose slot i carried a predicted survival (a confidence head's, or
+  // the schedule's estimate from draft probabilities; prompt-lookup drafts carry none):
+  std::vector<double> predicted_survival_sum;   // [i]: sum of the predicted survival of slot i
+  std::vector<int64_t> predicted_per_pos;       // [i]: drafts with a prediction for slot i
+  std::vector<int64_t> predicted_accepted_per_pos;  // [i]: of those, the ones whose token i was accepted
   int64_t num_target_calls = 0;     // target forward passes (prefill chunks included)
   int64_t num_draft_calls = 0;      // drafter forward passes
   int64_t num_fallbacks = 0;        // drafter failures that switched the request to plain decoding
@@ -40,6 +44,14 @@ struct SpecStats {
   double tokens_per_second() const { return decode_ms > 0 ? generated_tokens * 1000.0 / decode_ms : 0; }
   double prompt_tokens_per_second() const { return prompt_ms > 0 ? prompt_tokens * 1000.0 / prompt_ms : 0; }
   std::vector<double> acceptance_per_position() const;  // accepted_per_pos[i] / num_drafts
+  // Per slot, over the drafts that carried a prediction for it: the mean predicted survival and how
+  // often the slot survived. Empty when no draft carried one.
+  struct SlotCalibration {
+    double predicted = 0;
+    double realised = 0;
+    int64_t drafts = 0;
+  };
+  std::vector<SlotCalibration> calibration() const;
 
   nlohmann::json ToJson() const;
 };

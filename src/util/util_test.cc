@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "util/dtype.h"
+#include "util/escapes.h"
 #include "util/fp16.h"
 #include "util/huge_page_arena.h"
 #include "util/status.h"
@@ -32,6 +33,18 @@ TEST(Status, PropagatesErrorsAndValues) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(), "odd: 3");
   EXPECT_EQ(r.status().WithContext("ctx: ").message(), "ctx: odd: 3");
+}
+
+TEST(Escapes, ReplacesLlamaCppSequencesAndKeepsOtherBackslashes) {
+  EXPECT_EQ(ProcessEscapes(R"(def f():\n    """Doc."""\n)"), "def f():\n    \"\"\"Doc.\"\"\"\n");
+  EXPECT_EQ(ProcessEscapes(R"(a\tb\rc\\d\'e\"f)"), "a\tb\rc\\d'e\"f");
+  EXPECT_EQ(ProcessEscapes(R"(\x41\x4a\x7)"), "AJ\x07");
+  EXPECT_EQ(ProcessEscapes(R"(\x41B)"), "AB");  // at most two hex digits
+  // Not escapes: kept byte for byte.
+  EXPECT_EQ(ProcessEscapes(R"(C:\dir\file \d+ \xg)"), R"(C:\dir\file \d+ \xg)");
+  EXPECT_EQ(ProcessEscapes("end\\"), "end\\");
+  EXPECT_EQ(ProcessEscapes("one\\ backslash at the end\\"), "one\\ backslash at the end\\");
+  EXPECT_EQ(ProcessEscapes(""), "");
 }
 
 TEST(ThreadPool, RunsEveryTaskExactlyOnce) {

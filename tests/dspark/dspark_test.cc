@@ -235,11 +235,12 @@ TEST_F(DSpark, CostScheduleAndConfidenceCutStayLossless) {
       EXPECT_EQ(r->ids, want) << "p_min " << p_min;
       // Survival estimates reach the statistics (calibration) for every verified slot.
       if (r->stats.num_drafts == 0) continue;
-      ASSERT_FALSE(r->stats.predicted_survival_sum.empty());
-      for (size_t i = 0; i < r->stats.predicted_survival_sum.size(); ++i) {
-        const double mean = r->stats.predicted_survival_sum[i] / std::max<int64_t>(r->stats.drafted_per_pos[i], 1);
-        EXPECT_GT(mean, 0.0);
-        EXPECT_LE(mean, 1.0);
+      const auto calibration = r->stats.calibration();
+      ASSERT_FALSE(calibration.empty());
+      for (size_t i = 0; i < calibration.size(); ++i) {
+        EXPECT_EQ(calibration[i].drafts, r->stats.drafted_per_pos[i]) << "every verified slot carries a prediction";
+        EXPECT_GT(calibration[i].predicted, 0.0);
+        EXPECT_LE(calibration[i].predicted, 1.0);
       }
     }
   }
