@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "util/escapes.h"
+#include "util/log.h"
 #include "spec/drafters/factory.h"
 #include "spec/engine.h"
 
@@ -39,6 +40,7 @@ struct GenerateFlags {
   ScheduleOptions schedule;
   std::string schedule_mode;  // --spec-schedule: cut | cost; empty = cost with a confidence head
   bool compare = false;
+  bool verbose = false;
 };
 
 void PrintStats(const char* label, const GenerateResult& r) {
@@ -70,6 +72,7 @@ void PrintStats(const char* label, const GenerateResult& r) {
 }
 
 int RunGenerate(GenerateFlags f) {
+  if (f.verbose) SetLogLevel(LogLevel::kDebug);
   if (!f.prompt_file.empty()) {
     auto text = ReadTextFile(f.prompt_file, "prompt file");
     if (!text.ok()) return Fail(text.status());
@@ -199,6 +202,7 @@ Runner RegisterGenerate(CLI::App& app) {
                   "ms (default with a confidence head)")
       ->check(CLI::IsMember({"cut", "cost"}));
   sub->add_flag("--spec-adaptive", f->schedule.adaptive, "Choose each draft's length from measured acceptance and cost (a draft model ends each draft where its calibrated survival stops paying for verification)");
+  sub->add_flag("-v,--verbose", f->verbose, "Debug log on stderr: one line per engine step (rows, drafts, pass and draft time)");
   sub->add_flag("--compare", f->compare, "Also run plain decoding and report the speed-up and whether outputs match");
   return [f, prompt, file] {
     if (prompt->count() == 0 && file->count() == 0)

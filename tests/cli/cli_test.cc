@@ -1,0 +1,124 @@
+// The `dspark` command line as a user runs it: the binary itself, on the bundled reference target.
+// Covers what the libraries' tests cannot see: how a prompt reaches the engine (-p with llama.cpp's
+// escapes, -f), and what bad invocations print.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Single-quotes `s` for /bin/sh.
+std::string ShellQuote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("dspark_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  CliRun Dspark(const std::string& args) {
+    const fs::path out = dir_ / "out", err = dir_ / "err";
+    const std::string cmd = ShellQuote(DSPARK_CLI) + " " + args + " >" + out.string() + " 2>" + err.string();
+    const int status = std::system(cmd.c_str());
+    CliRun r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = ReadAll(out);
+    r.err = ReadAll(err);
+    return r;
+  }
+  std::string Model() const { return ShellQuote(std::string(DSPARK_SOURCE_DIR) + "/models/ref-target.gguf"); }
+  fs::path Write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
+
+  fs::path dir_;
+};
+
+// The value of "key":<integer> in a JSON object printed on one line.
+long JsonInt(const std::string& json, const std::string& key) {
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex("\"" + key + "\":(-?[0-9]+)"))) return -1;
+  return std::stol(m[1]);
+}
+
+TEST_F(Cli, PromptEscapesAndFileReachTheEngineAsTheSameText) {
+  const std::string text = "def add(a, b):\n    \"\"\"Return the sum.\"\"\"\n";
+  const fs::path file = Write("prompt.txt", text);
+  const CliRun escaped = Dspark("generate -m " + Model() + " -p " +
+                             ShellQuote(R"(def add(a, b):\n    \"\"\"Return the sum.\"\"\"\n)") + " -n 6 --json");
+  const CliRun from_file = Dspark("generate -m " + Model() + " -f " + ShellQuote(file.string()) + " -n 6 --json");
+  const CliRun literal = Dspark("generate -m " + Model() + " --no-escape -p " +
+                             ShellQuote(R"(def add(a, b):\n    \"\"\"Return the sum.\"\"\"\n)") + " -n 6 --json");
+  ASSERT_EQ(escaped.exit_code, 0) << escaped.err;
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.err;
+  ASSERT_EQ(literal.exit_code, 0) << literal.err;
+  const long n_escaped = JsonInt(escaped.out, "prompt_tokens");
+  ASSERT_GT(n_escaped, 0) << escaped.out;
+  EXPECT_EQ(n_escaped, JsonInt(from_file.out, "prompt_tokens"));
+  // The same prompt gives the same greedy continuation.
+  const auto ids = [](const std::string& json) {
+    std::smatch m;
+    return std::regex_search(json, m, std::regex("\"ids\":\\[([0-9,]*)\\]")) ? m[1].str() : std::string("?");
+  };
+  EXPECT_EQ(ids(escaped.out), ids(from_file.out));
+  // Without escapes the backslashes are text: a different (longer) prompt.
+  EXPECT_GT(JsonInt(literal.out, "prompt_tokens"), n_escaped);
+}
+
+TEST_F(Cli, CompareReportsTheSpeedupAndPrintsTheTextOnce) {
+  const CliRun r = Dspark("generate -m " + Model() + " -p 'def add(a, b):\\n' -n 16 --spec-type ngram --compare");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("speed-up"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("outputs identical"), std::string::npos) << r.err;
+  EXPECT_FALSE(r.out.empty());
+  const CliRun plain = Dspark("generate -m " + Model() + " -p 'def add(a, b):\\n' -n 16");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(r.out, plain.out) << "--compare prints the speculative text once, as plain decoding streams it";
+}
+
+TEST_F(Cli, BadPromptArgumentsAreClearErrors) {
+  const CliRun none = Dspark("generate -m " + Model() + " -n 4");
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("give a prompt with -p TEXT or -f FILE"), std::string::npos) << none.err;
+
+  const fs::path file = Write("p.txt", "x");
+  const CliRun both = Dspark("generate -m " + Model() + " -p x -f " + ShellQuote(file.string()) + " -n 4");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.err.find("excludes"), std::string::npos) << both.err;
+
+  const CliRun missing = Dspark("generate -m " + Model() + " -f " + ShellQuote((dir_ / "nope.txt").string()) + " -n 4");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("cannot read prompt file"), std::string::npos) << missing.err;
+}
+
+}  // namespace
