@@ -72,6 +72,7 @@ struct Totals {
   double decode_ms = 0;
   int identical = 0;
   std::vector<double> prompt_tok_s;  // per prompt, in prompt order
+  nlohmann::json prompt_stats = nlohmann::json::array();  // per prompt: the median run's statistics
   double tok_s() const { return decode_ms > 0 ? generated * 1000.0 / decode_ms : 0; }
   // The smallest per-prompt speed-up over `plain` (same prompts, same order): the "never slower
   // than plain on any prompt" figure.
@@ -89,6 +90,7 @@ struct Totals {
     accepted += r.stats.num_accepted_tokens;
     drafts += r.stats.num_drafts;
     prompt_tok_s.push_back(r.stats.decode_ms > 0 ? r.stats.generated_tokens * 1000.0 / r.stats.decode_ms : 0);
+    prompt_stats.push_back(r.stats.ToJson());
   }
 };
 
@@ -240,6 +242,8 @@ int RunSpecBench(const SpecBenchFlags& f) {
   j["temperature"] = f.temp;
   j["plain_tokens_per_second"] = plain_totals.tok_s();
   j["plain_prompt_tokens_per_second"] = plain_totals.prompt_tok_s;
+  // Per prompt, the statistics of the run that counted (the median): why a prompt won or lost.
+  j["plain_prompt_stats"] = plain_totals.prompt_stats;
   std::ofstream csv(f.out + ".csv");
   csv << "setting,tokens_per_second,speedup,worst_prompt_speedup,tau,acceptance_rate,identical,prompts\n";
   csv << fmt::format("plain,{:.3f},1,1,,,,{}\n", plain_totals.tok_s(), n_prompts);
@@ -274,7 +278,8 @@ int RunSpecBench(const SpecBenchFlags& f) {
                              {"acceptance_rate", acc},
                              {"identical", greedy ? nlohmann::json(t.identical) : nlohmann::json(nullptr)},
                              {"drafted", t.drafted},
-                             {"accepted", t.accepted}});
+                             {"accepted", t.accepted},
+                             {"prompt_stats", t.prompt_stats}});
     csv << fmt::format("\"{}\",{:.3f},{:.4f},{:.4f},{:.4f},{:.4f},{},{}\n", name, t.tok_s(), speedup, worst, t.tau(),
                        acc, greedy ? std::to_string(t.identical) : std::string(), n_prompts);
     plot.x_categories.push_back(name);

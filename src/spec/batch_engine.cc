@@ -365,7 +365,7 @@ Result<bool> BatchEngine::Step() {
       const int budget = requests[j].params.budget;
       if (static_cast<int>(s.draft.tokens.size()) > budget) s.draft.tokens.resize(budget);
       s.k = s.scheduler->Cut(s.draft);
-      if (batch_scheduling) {
+      if (batch_scheduling && !s.scheduler->probing()) {
         // Survival for batch admission: the drafter's own estimate, else measured acceptance.
         survival[requester[j]] = s.scheduler->SurvivalOf(s.draft, s.k);
       }
@@ -375,7 +375,8 @@ Result<bool> BatchEngine::Step() {
     const auto k = AdmitDraftSlots(survival, static_cast<int>(decoding.size()), static_cast<double>(decoding.size()),
                                    cost_, prompt_rows);
     for (size_t i = 0; i < decoding.size(); ++i) {
-      decoding[i]->k = std::min(decoding[i]->k, k[i]);
+      // A probe is verified whole (DraftScheduler::probing); it has no survival in the admission.
+      if (!decoding[i]->scheduler->probing()) decoding[i]->k = std::min(decoding[i]->k, k[i]);
       if (decoding[i]->k < options_.schedule.n_min) decoding[i]->k = 0;
     }
   }

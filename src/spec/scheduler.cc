@@ -206,6 +206,7 @@ bool DraftScheduler::Pays(const SharedPass& pass) const { return BestLength(std:
 int DraftScheduler::Budget(int room, const SharedPass& pass, int behind_rows) {
   const int cap = std::max(0, std::min(options_.n_max, room));
   planned_ = cap;
+  probing_ = false;
   if (!options_.adaptive) return cap;
   const int best = BestLength(cap, pass, behind_rows);
   planned_ = best;
@@ -234,13 +235,14 @@ int DraftScheduler::Budget(int room, const SharedPass& pass, int behind_rows) {
     probe_credit_ = 0;
     probe_ratio_ = std::min(probe_ratio_ * 2, kMaxProbeRatio);
     planned_ = probe_k;
+    probing_ = true;
     return probe_k;
   }
   return 0;
 }
 
 double DraftScheduler::MinSurvival(const SharedPass& pass) const {
-  if (!options_.adaptive || !options_.survival_stop || planned_ <= 0) return 0.0;
+  if (!options_.adaptive || !options_.survival_stop || planned_ <= 0 || probing_) return 0.0;
   const int k = planned_;
   const double rate = Rate(MeasuredSurvival(k), k, draft_cost_.Ms(k), pass);
   // Marginal cost of a row: the verification cost of the cap's rows over plain, per row (a pass's
@@ -271,7 +273,9 @@ int DraftScheduler::Cut(const Draft& draft) const {
       }
     }
   }
-  if (options_.adaptive && k > 0) {
+  if (probing_) {
+    k = std::min(k, planned_);  // a probe is verified whole (probing())
+  } else if (options_.adaptive && k > 0) {
     // Drafting is already paid for: verify the prefix with the best expected tokens per ms.
     const std::vector<double> surv = SurvivalOf(draft, k);
     int best_k = 0;
@@ -295,6 +299,7 @@ DraftScheduler DraftScheduler::Seed() const {
     for (int& n : a->observed) n = std::min(n, static_cast<int>(kPriorWeight));
   s.probe_credit_ = 0;
   s.probe_ratio_ = kFirstProbeRatio;
+  s.probing_ = false;
   return s;
 }
 

@@ -138,6 +138,12 @@ class DraftScheduler {
   // The draft length the last Budget expects to verify on average (Budget itself may ask for more
   // when the drafter stops on survival): what the rest of a batched pass should count on.
   int planned() const { return planned_; }
+  // Whether the last Budget was a probe: a draft made although drafting does not seem to pay, to
+  // re-measure acceptance. Its tokens are verified whatever the survival estimates say (Cut and
+  // MinSurvival leave it whole, and the engine's batch admission does not trim it): estimates
+  // move only when drafts are verified, so a probe cut to nothing costs its drafting and catch-up
+  // and teaches nothing, and the next one comes twice as late.
+  bool probing() const { return probing_; }
   // The predicted survival below which one more draft slot does not pay for its verification and
   // drafting: the expected rate (tokens per ms) at the length that pays on average times the
   // marginal cost of a row. 0 when the drafter does not stop on survival or drafting is not adaptive.
@@ -211,6 +217,7 @@ class DraftScheduler {
   std::vector<double> predicted_sum_, realised_sum_;
   ProbCalibration prob_cal_;
   int planned_ = 0;
+  bool probing_ = false;
   DraftCostModel draft_cost_;
   // This sequence's share (ms) of the plain passes since the last probe; a probe is due when it
   // reaches probe_ratio_ times the probe's cost. Accumulating per step (not counting steps against

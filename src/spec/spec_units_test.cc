@@ -96,6 +96,41 @@ TEST(Scheduler, AdaptivePicksLongDraftsWhenVerificationIsCheapAndNoneWhenAccepta
   EXPECT_LE(drafted_steps, 8);
 }
 
+TEST(Scheduler, AProbeIsVerifiedWholeWhateverTheEstimatesSay) {
+  ScheduleOptions o;
+  o.n_max = 8;
+  o.adaptive = true;
+  o.survival_stop = true;
+  DraftScheduler s(o, CostModel({1.0, 1.6, 2.2, 2.8, 3.4, 4.0, 4.6, 5.2, 5.8}));
+  // A drafter that has missed for a while: drafting does not pay, its drafts look doubtful.
+  for (int i = 0; i < 40; ++i) {
+    Draft d;
+    d.tokens = {1, 2};
+    d.probs = {0.1f, 0.1f};
+    s.Observe(d, 2, 0, 0.1);
+  }
+  Draft doubtful;
+  doubtful.tokens = {1, 2};
+  doubtful.probs = {0.1f, 0.1f};
+  int budget = 0, steps = 0;
+  for (; steps < 10000 && budget == 0; ++steps) {
+    budget = s.Budget(100);
+    if (budget == 0) {
+      EXPECT_FALSE(s.probing());
+      EXPECT_EQ(s.Cut(doubtful), 0) << "outside a probe, a doubtful draft is not worth verifying";
+    }
+  }
+  ASSERT_EQ(budget, 2) << "a probe drafts two tokens (after " << steps << " plain steps)";
+  EXPECT_TRUE(s.probing());
+  // The probe is verified whole: no survival bar stops the drafter, and the cut keeps both tokens.
+  EXPECT_DOUBLE_EQ(s.MinSurvival(), 0.0);
+  EXPECT_EQ(s.Cut(doubtful), 2);
+  s.Observe(doubtful, 2, 2, 0.1);
+  // The next step is an ordinary one again.
+  s.Budget(100);
+  EXPECT_FALSE(s.probing());
+}
+
 TEST(Scheduler, DraftCostModelSeparatesFixedAndPerTokenCost) {
   DraftCostModel per_pass;  // a block drafter: 2 ms whatever the length
   DraftCostModel per_token; // a draft model: 0.5 ms per token
