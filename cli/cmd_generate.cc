@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "serve/chat_prompt.h"
 #include "util/escapes.h"
 #include "util/log.h"
 #include "spec/drafters/factory.h"
@@ -21,6 +22,10 @@ struct GenerateFlags {
   std::string prompt;
   std::string prompt_file;
   bool escape = true;
+  // --chat: the prompt as a user message in the model's chat template.
+  bool chat = false;
+  std::string system_prompt;
+  std::string chat_template_file;
   int n_predict = 128;
   float temp = 0.0f;
   int top_k = 0;
@@ -71,6 +76,35 @@ void PrintStats(const char* label, const GenerateResult& r) {
   std::fprintf(stderr, "dspark: %s: calibration (slot:predicted/realised survival):%s\n", label, cal.c_str());
 }
 
+// The prompt's tokens: as text (a BOS first where the vocabulary adds one), or with --chat as a
+// user message (after the system prompt, if any) rendered with the model's chat template, or the
+// one in --chat-template-file.
+Result<std::vector<int32_t>> PromptIds(const GenerateFlags& f, const Model& model, const Tokenizer& tok) {
+  if (!f.chat) {
+    EncodeOptions eo;
+    eo.add_eos = false;
+    eo.parse_special = f.parse_special;
+    return tok.Encode(f.prompt, eo);
+  }
+  std::string source;
+  if (!f.chat_template_file.empty()) {
+    DSPARK_ASSIGN_OR_RETURN(source, ReadTextFile(f.chat_template_file, "--chat-template-file"));
+  } else {
+    DSPARK_ASSIGN_OR_RETURN(source, model.file().GetStringOr("tokenizer.chat_template", ""));
+    if (source.empty())
+      return InvalidArgument("generate --chat: the model has no chat template (GGUF key tokenizer.chat_template); "
+                             "give one with --chat-template-file");
+  }
+  auto tmpl = ChatTemplate::Parse(source);
+  if (!tmpl.ok()) return tmpl.status().WithContext("generate --chat: ");
+  std::vector<ChatMessage> messages;
+  if (!f.system_prompt.empty()) messages.push_back({"system", f.system_prompt});
+  messages.push_back({"user", f.prompt});
+  auto chat = EncodeChat(*tmpl, tok, messages);
+  if (!chat.ok()) return chat.status().WithContext("generate --chat: ");
+  return std::move(chat->ids);
+}
+
 int RunGenerate(GenerateFlags f) {
   if (f.verbose) SetLogLevel(LogLevel::kDebug);
   if (!f.prompt_file.empty()) {
@@ -79,7 +113,10 @@ int RunGenerate(GenerateFlags f) {
     f.prompt = std::move(*text);
   } else if (f.escape) {
     f.prompt = ProcessEscapes(f.prompt);
+    f.system_prompt = ProcessEscapes(f.system_prompt);
   }
+  if (!f.chat && (!f.system_prompt.empty() || !f.chat_template_file.empty()))
+    return Fail(InvalidArgument("generate: --system-prompt and --chat-template-file need --chat"));
   f.drafter.repack = !f.no_repack;
   auto loaded = LoadModelAndTokenizer(f.model, ModelOptions{!f.no_repack});
   if (!loaded.ok()) return Fail(loaded.status());
@@ -98,15 +135,14 @@ int RunGenerate(GenerateFlags f) {
   if (Status ok = KvCache::Supports(model.config(), f.cache_type); !ok.ok()) return Fail(ok);
   SpeculativeEngine plain(model, tok, pool, n_ctx, nullptr, {}, f.cache_type);
   const bool speculative = f.drafter.type != "none";
+  auto prompt_ids = PromptIds(f, model, tok);
+  if (!prompt_ids.ok()) return Fail(prompt_ids.status());
   std::optional<GenerateResult> plain_result;
   if (f.compare || f.drafter.type == "synthetic") {
-    auto r = plain.Generate(f.prompt, opt);
+    auto r = plain.GenerateFromIds(*prompt_ids, opt);
     if (!r.ok()) return Fail(r.status());
     plain_result = std::move(*r);
-    EncodeOptions eo;
-    eo.add_eos = false;
-    eo.parse_special = f.parse_special;
-    f.drafter.synthetic_reference = tok.Encode(f.prompt, eo);
+    f.drafter.synthetic_reference = *prompt_ids;
     f.drafter.synthetic_reference.insert(f.drafter.synthetic_reference.end(), plain_result->ids.begin(),
                                          plain_result->ids.end());
   }
@@ -125,7 +161,7 @@ int RunGenerate(GenerateFlags f) {
   // writing and flushing each token (30-40 us a token to a pipe) would count against speculation
   // alone in the speed-up. Both runs are timed alike and the text is printed after them.
   const bool stream = !f.json && !f.compare;
-  auto result = engine.Generate(f.prompt, opt, [&](int32_t, std::string_view text, TokenSource) {
+  auto result = engine.GenerateFromIds(*prompt_ids, opt, [&](int32_t, std::string_view text, TokenSource) {
     if (stream && !text.empty()) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
@@ -177,6 +213,11 @@ Runner RegisterGenerate(CLI::App& app) {
   auto* prompt = sub->add_option("-p,--prompt", f->prompt, "Prompt text (escapes such as \\n are processed unless --no-escape)");
   auto* file = sub->add_option("-f,--file", f->prompt_file, "Read the prompt from this file (as written, no escapes)");
   prompt->excludes(file);
+  sub->add_flag("--chat", f->chat,
+                "Send the prompt as a user message in the model's chat template (tokenizer.chat_template), "
+                "ready for the assistant's reply");
+  sub->add_option("--system-prompt,--sys", f->system_prompt, "With --chat: a system message first");
+  sub->add_option("--chat-template-file", f->chat_template_file, "With --chat: this Jinja chat template instead of the model's");
   sub->add_flag("-e,--escape,!--no-escape", f->escape,
                 "Process escapes in -p (\\n \\r \\t \\' \\\" \\\\ \\xHH), as llama.cpp does; on by default");
   sub->add_option("-n,--n-predict", f->n_predict, "Tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 20));

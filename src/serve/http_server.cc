@@ -17,6 +17,7 @@
 #include "serve/metrics.h"
 #include "serve/openai_schema.h"
 #include "serve/playground.h"
+#include "serve/chat_prompt.h"
 #include "template/chat_template.h"
 #include "util/log.h"
 
@@ -56,7 +57,6 @@ struct HttpServer::Impl {
   const Tokenizer& tokenizer;
   ServerOptions opt;
   std::optional<ChatTemplate> chat_template;
-  std::string bos_text, eos_text;
   Metrics metrics;
   std::unique_ptr<EngineLoop> loop;
   httplib::Server http;
@@ -115,13 +115,10 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
                   BadRequest("messages", "no_chat_template",
                              "this model has no chat template (GGUF key tokenizer.chat_template); use /v1/completions "
                              "or start the server with --chat-template-file"));
-    Result<std::string> text = chat_template->Apply(r.messages, true, bos_text, eos_text, r.template_vars);
-    if (!text.ok()) return Fail(res, req.path, t0, BadRequest("messages", "template_error", text.status().message()));
-    EncodeOptions eo;
-    eo.add_eos = false;
-    eo.parse_special = true;  // the template writes the model's control tokens as text
-    eo.add_bos = bos_text.empty() || text->compare(0, bos_text.size(), bos_text) != 0;
-    ids = tokenizer.Encode(*text, eo);
+    Result<ChatPrompt> encoded = EncodeChat(*chat_template, tokenizer, r.messages, r.template_vars);
+    if (!encoded.ok())
+      return Fail(res, req.path, t0, BadRequest("messages", "template_error", encoded.status().message()));
+    ids = std::move(encoded->ids);
   } else if (r.prompt_ids) {
     ids = std::move(*r.prompt_ids);
     for (size_t i = 0; i < ids.size(); ++i)
@@ -417,8 +414,6 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(BatchEngine& engine, cons
     if (!t.ok()) return t.status().WithContext("serve: chat template: ");
     impl->chat_template = std::move(*t);
   }
-  if (tokenizer.bos_id() >= 0) impl->bos_text = tokenizer.TokenText(tokenizer.bos_id());
-  if (tokenizer.eos_id() >= 0) impl->eos_text = tokenizer.TokenText(tokenizer.eos_id());
   std::random_device rd;
   impl->id_prefix = fmt::format("{:08x}-", rd());
   const int max_in_flight = engine.options().n_parallel + std::max(0, impl->opt.max_queue);

@@ -5,6 +5,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -104,6 +105,30 @@ TEST_F(Cli, CompareReportsTheSpeedupAndPrintsTheTextOnce) {
   const CliRun plain = Dspark("generate -m " + Model() + " -p 'def add(a, b):\\n' -n 16");
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_EQ(r.out, plain.out) << "--compare prints the speculative text once, as plain decoding streams it";
+}
+
+TEST_F(Cli, ChatRendersTheTemplateAroundThePromptAndTheSystemMessage) {
+  const fs::path tmpl = Write("chat.jinja",
+                              "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+                              "{% if add_generation_prompt %}[assistant] {% endif %}");
+  const CliRun chat = Dspark("generate -m " + Model() + " --chat --chat-template-file " + ShellQuote(tmpl.string()) +
+                             " --system-prompt 'Be brief.' -p 'def add(a, b):' -n 4 --json");
+  ASSERT_EQ(chat.exit_code, 0) << chat.err;
+  // The same text as a plain prompt: the same tokens (the template writes no BOS, so one is added;
+  // 26 tokens, against 29 if the newlines were the two characters \n).
+  const CliRun tokens =
+      Dspark("tokenize -m " + Model() + " -p " + ShellQuote("[system] Be brief.\n[user] def add(a, b):\n[assistant] "));
+  ASSERT_EQ(tokens.exit_code, 0) << tokens.err;
+  const long n_tokens = static_cast<long>(std::count(tokens.out.begin(), tokens.out.end(), ',')) + 1;
+  EXPECT_EQ(JsonInt(chat.out, "prompt_tokens"), n_tokens) << tokens.out;
+  EXPECT_EQ(n_tokens, 26);
+
+  const CliRun no_template = Dspark("generate -m " + Model() + " --chat -p x -n 4");
+  EXPECT_NE(no_template.exit_code, 0);
+  EXPECT_NE(no_template.err.find("no chat template"), std::string::npos) << no_template.err;
+  const CliRun no_chat = Dspark("generate -m " + Model() + " --system-prompt x -p x -n 4");
+  EXPECT_NE(no_chat.exit_code, 0);
+  EXPECT_NE(no_chat.err.find("need --chat"), std::string::npos) << no_chat.err;
 }
 
 TEST_F(Cli, BadPromptArgumentsAreClearErrors) {
