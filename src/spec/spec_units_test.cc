@@ -96,12 +96,17 @@ TEST(Scheduler, AdaptivePicksLongDraftsWhenVerificationIsCheapAndNoneWhenAccepta
   EXPECT_LE(drafted_steps, 8);
 }
 
-TEST(Scheduler, AProbeIsVerifiedWholeWhateverTheEstimatesSay) {
+// Adaptive scheduling for a drafter that stops on survival (the draft model's), up to 8 tokens.
+ScheduleOptions AdaptiveSurvivalStop() {
   ScheduleOptions o;
   o.n_max = 8;
   o.adaptive = true;
   o.survival_stop = true;
-  DraftScheduler s(o, CostModel({1.0, 1.6, 2.2, 2.8, 3.4, 4.0, 4.6, 5.2, 5.8}));
+  return o;
+}
+
+TEST(Scheduler, AProbeIsVerifiedWholeWhateverTheEstimatesSay) {
+  DraftScheduler s(AdaptiveSurvivalStop(), CostModel({1.0, 1.6, 2.2, 2.8, 3.4, 4.0, 4.6, 5.2, 5.8}));
   // A drafter that has missed for a while: drafting does not pay, its drafts look doubtful.
   for (int i = 0; i < 40; ++i) {
     Draft d;
@@ -333,10 +338,7 @@ TEST(ProbCalibration, StartsAtItsPriorAndLearnsAMonotoneMapFromVerification) {
 }
 
 TEST(Scheduler, DraftProbabilitiesGiveEachDraftItsOwnSurvivalAndLengthWhenTheDrafterStopsOnSurvival) {
-  ScheduleOptions o;
-  o.n_max = 8;
-  o.adaptive = true;
-  o.survival_stop = true;
+  ScheduleOptions o = AdaptiveSurvivalStop();
   // Verifying costs 1 ms plus 0.1 ms per extra row; drafting 0.05 ms per token.
   DraftScheduler s(o, CostModel({1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8}));
   std::mt19937 gen(7);
