@@ -17,6 +17,9 @@ constexpr int kCostGrid[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64
 constexpr int kCostWarmPasses = 16;
 constexpr double kCostWarmMs = 200.0;
 constexpr int kCostRounds = 3;
+// Context rows a probe's drafter reads before drafting (DraftParams::max_catch_up): enough for the
+// next two tokens' local context, a fraction of the rows since the last probe.
+constexpr int kProbeCatchUpRows = 32;
 }  // namespace
 
 struct BatchEngine::Sequence {
@@ -341,6 +344,7 @@ Result<bool> BatchEngine::Step() {
     r.params.p_min = options_.schedule.p_min;
     r.params.min_survival = static_cast<float>(s.scheduler->MinSurvival(shared));
     r.params.calibration = &s.scheduler->prob_calibration();
+    if (s.scheduler->probing()) r.params.max_catch_up = kProbeCatchUpRows;
     r.rng = &s.draft_rng;
     requests.push_back(r);
     requester.push_back(i);

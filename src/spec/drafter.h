@@ -39,6 +39,13 @@ struct DraftParams {
   // drafted) is at least min_survival. The first token is always drafted. 0 or no calibration: off.
   float min_survival = 0.0f;
   const ProbCalibration* calibration = nullptr;
+  // Rows of context a drafter behind it may read before drafting; 0 = all of them. A drafter with
+  // its own cache (the draft model) that is further behind skips the older unseen rows: its
+  // context keeps what it had, then a gap, then the last max_catch_up tokens at their true
+  // positions. The engine sets it for probes (DraftScheduler::probing): catching up on every row
+  // since the last probe cost the draft model ~10 us a row, ~3% of plain decoding's time for as
+  // long as probes went on, on text where drafting did not pay.
+  int max_catch_up = 0;
 };
 
 struct Draft {

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "kernels/ops.h"
 #include "kernels/test_hooks.h"
 #include "model/testing/tiny_models.h"
 #include "spec/drafters/draft_model.h"
@@ -320,6 +321,84 @@ TEST_F(Lossless, DraftModelCatchesUpOnALongUnseenContext) {
   auto draft2 = d->Propose(0, with_anchor, dp, rng);
   ASSERT_TRUE(draft2.ok());
   EXPECT_EQ(draft2->tokens, want2);
+}
+
+// A probe far behind the context (DraftParams::max_catch_up) reads only the last rows: the draft
+// model's cache keeps what it had, skips the rest, and holds the last rows at their true positions.
+// Its drafts are exactly those of the model run on that gapped context; later proposals compare
+// the cells after the gap with the right context tokens, and a second long jump widens the gap.
+TEST_F(Lossless, DraftModelSkipsOldRowsAtTheirTruePositions) {
+  const ModelConfig& c = target_.model->config();
+  constexpr int kWindow = 8;
+  auto d = DraftModel(target_path_, 256);
+  ASSERT_TRUE(d->Begin(0).ok());
+  Rng rng(1);
+  DraftParams dp;
+  dp.budget = 1;
+  std::vector<int32_t> context = {1};
+  for (int i = 0; i < 20; ++i) context.push_back(3 + (i * 37 + i / 7) % 280);
+  auto first = d->Propose(0, context, dp, rng);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  const size_t prefix = context.size();  // the cells the drafter keeps: its draft token is not taken
+  context.push_back(3 + (first->tokens[0] + 1) % 280);
+  for (int i = 0; i < 120; ++i) context.push_back(3 + (i * 11 + i / 5) % 280);
+
+  // The model itself on [context[0, prefix), gap, the last kWindow tokens], then greedy steps.
+  KvCache ref(c, 1, 256);
+  const auto run = [&](const std::vector<std::pair<int32_t, int>>& rows) {
+    Batch b;
+    for (size_t i = 0; i < rows.size(); ++i) b.Add(rows[i].first, rows[i].second, 0, i + 1 == rows.size());
+    auto out = target_.model->Forward(b, ref, pool_);
+    EXPECT_TRUE(out.ok());
+    return static_cast<int32_t>(ops::ArgMax(out->Logits(0, c.n_vocab), c.n_vocab));
+  };
+  const auto reference_draft = [&](std::vector<std::pair<int32_t, int>> rows, int n) {
+    std::vector<int32_t> draft;
+    int pos = static_cast<int>(context.size());
+    for (int k = 0; k < n; ++k) {
+      draft.push_back(run(rows));
+      rows = {{draft.back(), pos++}};
+    }
+    return draft;  // the cache holds the context's rows and the first n - 1 draft tokens
+  };
+  std::vector<std::pair<int32_t, int>> rows;
+  for (size_t t = 0; t < prefix; ++t) rows.push_back({context[t], static_cast<int>(t)});
+  for (size_t t = context.size() - kWindow; t < context.size(); ++t) rows.push_back({context[t], static_cast<int>(t)});
+  // The prefix goes in its own pass first, as the drafter ran it.
+  run(std::vector<std::pair<int32_t, int>>(rows.begin(), rows.begin() + prefix));
+  ASSERT_TRUE(ref.Truncate(0, static_cast<int>(prefix)).ok());
+  dp.budget = 4;
+  dp.max_catch_up = kWindow;
+  auto gapped = d->Propose(0, context, dp, rng);
+  ASSERT_TRUE(gapped.ok()) << gapped.status().message();
+  EXPECT_EQ(gapped->tokens, reference_draft(std::vector<std::pair<int32_t, int>>(rows.begin() + prefix, rows.end()), 4));
+
+  // Two of its tokens accepted and a bonus token: the cells after the gap still match.
+  context.push_back(gapped->tokens[0]);
+  context.push_back(gapped->tokens[1]);
+  context.push_back(3 + (gapped->tokens[2] + 1) % 280);
+  ASSERT_TRUE(ref.Truncate(0, static_cast<int>(prefix + kWindow + 2)).ok());
+  auto next = d->Propose(0, context, dp, rng);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->tokens, reference_draft({{context.back(), static_cast<int>(context.size()) - 1}}, 4));
+
+  // A second long jump: the older window goes and the gap widens; the prefix stays.
+  for (int i = 0; i < 60; ++i) context.push_back(3 + (i * 17) % 280);
+  ASSERT_TRUE(ref.Truncate(0, static_cast<int>(prefix)).ok());
+  rows.clear();
+  for (size_t t = context.size() - kWindow; t < context.size(); ++t) rows.push_back({context[t], static_cast<int>(t)});
+  auto widened = d->Propose(0, context, dp, rng);
+  ASSERT_TRUE(widened.ok());
+  EXPECT_EQ(widened->tokens, reference_draft(rows, 4));
+
+  // Without a limit, a proposal that starts inside the prefix catches up on everything again.
+  DraftParams full;
+  full.budget = 4;
+  std::vector<int32_t> shorter(context.begin(), context.begin() + prefix + 1);
+  const auto want = ReferenceGreedy(*target_.model, pool_, shorter, 4, 256);
+  auto restarted = d->Propose(0, shorter, full, rng);
+  ASSERT_TRUE(restarted.ok());
+  EXPECT_EQ(restarted->tokens, want);
 }
 
 // A server step drafts for all its sequences together (ProposeBatch: one forward pass per draft

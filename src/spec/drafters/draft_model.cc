@@ -40,7 +40,7 @@ Result<std::unique_ptr<DraftModelDrafter>> DraftModelDrafter::Create(std::unique
 DraftModelDrafter::DraftModelDrafter(std::unique_ptr<Model> draft, ThreadPool& pool, int n_ctx, int max_draft,
                                      int n_seq)
     : model_(std::move(draft)), pool_(pool), cache_(model_->config(), n_seq, n_ctx), cached_(n_seq),
-      max_draft_(max_draft) {}
+      gap_at_(n_seq, 0), skipped_(n_seq, 0), max_draft_(max_draft) {}
 
 Status DraftModelDrafter::Begin(int seq) {
   // Keep the cache: the next context likely shares a prefix (same system prompt); Propose trims it.
@@ -50,18 +50,43 @@ Status DraftModelDrafter::Begin(int seq) {
 Result<size_t> DraftModelDrafter::KeepCommonPrefix(int seq, std::span<const int32_t> context, size_t upto) {
   DSPARK_TRY(cache_.CheckSeq(seq));
   std::vector<int32_t>& cached = cached_[seq];
+  size_t& skipped = skipped_[seq];
+  const size_t gap_at = gap_at_[seq];
+  // The context index a cell holds: past the gap, skipped rows further on.
+  const auto index = [&](size_t cell) { return skipped > 0 && cell >= gap_at ? cell + skipped : cell; };
   size_t keep = 0;
-  while (keep < cached.size() && keep < upto && cached[keep] == context[keep]) ++keep;
+  while (keep < cached.size() && index(keep) < upto && cached[keep] == context[index(keep)]) ++keep;
+  // The gap stays while the cells before it match and the context reaches past it (the rows it
+  // skips are simply not in the cache, whatever they are).
+  if (skipped > 0 && (keep < gap_at || gap_at + skipped > upto)) {
+    keep = std::min(keep, gap_at);
+    skipped = 0;
+  }
   DSPARK_TRY(cache_.Truncate(seq, static_cast<int>(keep)));
   cached.resize(keep);
-  return keep;
+  return keep + skipped;
+}
+
+Result<size_t> DraftModelDrafter::SkipOldRows(int seq, size_t covered, size_t target, int max_rows) {
+  if (max_rows <= 0 || target <= covered + static_cast<size_t>(max_rows)) return covered;
+  std::vector<int32_t>& cached = cached_[seq];
+  if (skipped_[seq] > 0) {
+    // One gap at most: the cells after it (an older window) go, and the gap widens.
+    DSPARK_TRY(cache_.Truncate(seq, static_cast<int>(gap_at_[seq])));
+    cached.resize(gap_at_[seq]);
+  } else {
+    gap_at_[seq] = cached.size();
+  }
+  const size_t start = target - static_cast<size_t>(max_rows);
+  skipped_[seq] = start - gap_at_[seq];
+  return start;
 }
 
 Result<std::vector<float>> DraftModelDrafter::SyncCache(int seq, std::span<const int32_t> context, size_t upto,
                                                          int* passes) {
   DSPARK_ASSIGN_OR_RETURN(const size_t keep, KeepCommonPrefix(seq, context, upto));
   std::vector<int32_t>& cached = cached_[seq];
-  if (keep == upto) return std::vector<float>();
+  if (keep >= upto) return std::vector<float>();
   const std::vector<int32_t> fresh(context.begin() + keep, context.begin() + upto);
   DSPARK_ASSIGN_OR_RETURN(std::vector<float> logits,
                           dspark::Prefill(*model_, cache_, pool_, seq, fresh, static_cast<int>(keep), 512));
@@ -109,6 +134,7 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
     const int budget = std::min({r.params.budget, max_draft_, cache_.n_ctx() - n_ctx_tokens});
     if (budget <= 0 || r.context.empty()) continue;
     auto kept = KeepCommonPrefix(r.seq, r.context, r.context.size() - 1);
+    if (kept.ok()) kept = SkipOldRows(r.seq, *kept, r.context.size(), r.params.max_catch_up);
     if (!kept.ok()) {
       results[i] = kept.status();
       continue;
@@ -143,9 +169,11 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
       if (!pass.ok()) {
         // The rows of this pass never reached the cache: forget what it was to hold.
         for (const Active& a : active) {
+          const int seq = requests[a.request].seq;
           results[a.request] = pass.status();
-          cached_[requests[a.request].seq].clear();
-          cache_.Clear(requests[a.request].seq);
+          cached_[seq].clear();
+          skipped_[seq] = gap_at_[seq] = 0;
+          cache_.Clear(seq);
         }
         return results;
       }

@@ -3,7 +3,9 @@
 // rejected ones are rolled back by truncation. At temperature > 0 each token is sampled from the
 // draft's distribution q (after the target's transforms) so rejection sampling keeps the most.
 // ProposeBatch drafts for many sequences together: each draft step is one forward pass holding
-// one row per drafting sequence (and the catch-up rows of all of them in the first).
+// one row per drafting sequence (and the catch-up rows of all of them in the first). A proposal
+// with DraftParams::max_catch_up may leave a gap: the cache then holds context[0, gap_at), then
+// context[gap_at + skipped, ...) at their true positions (one gap at most per sequence).
 #pragma once
 
 #include <memory>
@@ -33,9 +35,14 @@ class DraftModelDrafter final : public Drafter {
   std::vector<Result<Draft>> ProposeBatch(std::span<const ProposeRequest> requests) override;
 
  private:
-  // Truncates the draft cache of `seq` to its longest common prefix with context[0..upto); returns
-  // that length.
+  // Truncates the draft cache of `seq` to its longest common prefix with context[0..upto) (cells
+  // after a gap are compared with the context tokens they hold); returns how much of the context
+  // the kept cells cover (gap included), i.e. where catching up starts.
   Result<size_t> KeepCommonPrefix(int seq, std::span<const int32_t> context, size_t upto);
+  // Before catching up from `covered` to `target`: if that is more than max_rows rows (max_rows >
+  // 0), skip all but the last max_rows of them (a gap in the cache) and return where catching up
+  // now starts.
+  Result<size_t> SkipOldRows(int seq, size_t covered, size_t target, int max_rows);
   // Brings the draft cache of `seq` to context[0..upto): keeps the longest common prefix, runs the
   // rest; returns the logits of the last row run (empty if nothing ran).
   Result<std::vector<float>> SyncCache(int seq, std::span<const int32_t> context, size_t upto, int* passes);
@@ -46,6 +53,8 @@ class DraftModelDrafter final : public Drafter {
   ThreadPool& pool_;
   KvCache cache_;
   std::vector<std::vector<int32_t>> cached_;  // per sequence: tokens whose K/V the draft cache holds
+  // Per sequence, the gap (SkipOldRows): cells from gap_at_ on hold context tokens skipped_ further on.
+  std::vector<size_t> gap_at_, skipped_;
   int max_draft_;
 };
 
