@@ -495,22 +495,21 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
 
   // Values, up to 4 heads per pass (4 x 2 accumulators + loads fit the 16 registers of AVX2), 6
   // with AVX-512 (6 x 4 accumulators of a 64-wide head + its 4 value vectors fit 32): each pass
-  // reads and widens every V row once.
-  constexpr int kValueHeads = N >= 16 ? 6 : 4;
+  // reads and widens every V row once. Q8_0 values cost 3 instructions a vector to widen and
+  // scale, as much as a pass's multiply-adds, so with AVX-512 a pass takes 12 heads over narrower
+  // column blocks (12 x 2 accumulators): a 5-row verification block of a 2-heads-per-KV-head model
+  // widens each value once instead of twice. Every output is one chain over the cells in order
+  // whatever the grouping, so the results are the same bitwise.
+  constexpr int kValueHeads = N >= 16 ? (std::is_same_v<T, int8_t> ? 12 : 6) : 4;
   for (int g0 = 0; g0 < n_q; g0 += kValueHeads) {
     float* o[kValueHeads];
     const int cnt = std::min(kValueHeads, n_q - g0);
     for (int j = 0; j < cnt; ++j)
       o[j] = out + ((g0 + j) / heads_per_row) * out_stride + ((g0 + j) % heads_per_row) * head_dim_v;
     const float* p = sc + g0 * n_pad;
-    switch (cnt) {
-      case 1: GroupValues<1, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
-      case 2: GroupValues<2, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
-      case 3: GroupValues<3, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
-      case 4: GroupValues<4, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
-      case 5: GroupValues<std::min(5, kValueHeads), T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
-      default: GroupValues<kValueHeads, T>(p, n_pad, head_dim_v, v, v_stride, n, o); break;
-    }
+    PassOfRest<kValueHeads>(cnt, 0, [&](auto heads, int) {
+      GroupValues<decltype(heads)::value, T>(p, n_pad, head_dim_v, v, v_stride, n, o);
+    });
   }
 }
 

@@ -571,7 +571,7 @@ TEST_F(Lossless, MismatchedVocabularyIsRefusedNamingTheToken) {
 
 // Exact speculation rests on the target's pass giving a row the same logits, bitwise, whether it
 // is decoded alone or verified in a block, and greedy speculation then reproducing plain decoding.
-// Checked for a loaded target and a KV cache type: a 6-row verification block against its rows
+// Checked for a loaded target and a KV cache type: 6- and 12-row verification blocks against rows
 // decoded one by one (greedy ids alone would hide a last-bit difference that flips no argmax),
 // then synthetic drafts of several lengths.
 void ExpectVerifyEqualsDecodeAndGreedyLossless(Loaded& target, ThreadPool& pool, DType cache_type,
@@ -584,19 +584,23 @@ void ExpectVerifyEqualsDecodeAndGreedyLossless(Loaded& target, ThreadPool& pool,
   Batch pre;
   for (size_t i = 0; i < prompt.size(); ++i) pre.Add(prompt[i], static_cast<int>(i), 0, false);
   ASSERT_TRUE(target.model->Forward(pre, cache, pool).ok());
-  const int base = static_cast<int>(prompt.size()), k = 6;
-  Batch block;
-  for (int i = 0; i < k; ++i) block.Add(3 + 37 * i % 250, base + i, 0, true);
-  auto verified = target.model->Forward(block, cache, pool);
-  ASSERT_TRUE(verified.ok());
-  ASSERT_TRUE(cache.Truncate(0, base).ok());
-  for (int i = 0; i < k; ++i) {
-    Batch one;
-    one.Add(3 + 37 * i % 250, base + i, 0, true);
-    auto decoded = target.model->Forward(one, cache, pool);
-    ASSERT_TRUE(decoded.ok());
-    ASSERT_EQ(0, std::memcmp(decoded->Logits(0, c.n_vocab), verified->Logits(i, c.n_vocab), c.n_vocab * sizeof(float)))
-        << label << " row " << i;
+  const int base = static_cast<int>(prompt.size());
+  // 6 rows, and 12 (24 query heads: one attention unit since blocks of up to 16 rows are one).
+  for (const int k : {6, 12}) {
+    Batch block;
+    for (int i = 0; i < k; ++i) block.Add(3 + 37 * i % 250, base + i, 0, true);
+    auto verified = target.model->Forward(block, cache, pool);
+    ASSERT_TRUE(verified.ok());
+    ASSERT_TRUE(cache.Truncate(0, base).ok());
+    for (int i = 0; i < k; ++i) {
+      Batch one;
+      one.Add(3 + 37 * i % 250, base + i, 0, true);
+      auto decoded = target.model->Forward(one, cache, pool);
+      ASSERT_TRUE(decoded.ok());
+      ASSERT_EQ(0, std::memcmp(decoded->Logits(0, c.n_vocab), verified->Logits(i, c.n_vocab), c.n_vocab * sizeof(float)))
+          << label << " block of " << k << ", row " << i;
+    }
+    ASSERT_TRUE(cache.Truncate(0, base).ok());
   }
   // Plain decoding with this cache type (ReferenceGreedy uses the default cache).
   SpeculativeEngine plain(*target.model, *target.tok, pool, 256, nullptr, {}, cache_type);
