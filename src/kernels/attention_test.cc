@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/kv_quant.h"
 #include "kernels/ops.h"
 #include "kernels/test_hooks.h"
 #include "kernels/ref/ops_ref.h"
@@ -261,6 +262,23 @@ TEST(Attention, Q8ScoresVnniEqualsPortableBitwise) {
     ++compared;
   }
   EXPECT_GT(compared, 3);
+}
+
+TEST(Attention, Q8RoundingIsLroundBitForBit) {
+  // Every float step around the halves and integers of [-130, 130], and a dense sweep between.
+  std::vector<float> values;
+  for (int k = -260; k <= 260; ++k) {
+    const float half = 0.5f * static_cast<float>(k);
+    float below = half, above = half;
+    for (int s = 0; s < 3; ++s) {
+      values.push_back(below);
+      values.push_back(above);
+      below = std::nextafter(below, -1000.f);
+      above = std::nextafter(above, 1000.f);
+    }
+  }
+  for (float v = -130.f; v <= 130.f; v += 0.0137f) values.push_back(v);
+  for (float v : values) ASSERT_EQ(RoundHalfAway(v), std::lround(v)) << v;
 }
 
 TEST(Attention, EmptyContextGivesZeros) {

@@ -12,6 +12,15 @@
 
 namespace dspark {
 
+// std::lround(v) for |v| < 2^31, half away from zero, without the libm call: truncate, then step
+// away from zero when the (exact) remainder reaches one half. std::lround was most of a Q8_0 cache
+// write: ~9 us per layer and row over Qwen3-0.6B's 8 K/V heads.
+inline int32_t RoundHalfAway(float v) {
+  const int32_t t = static_cast<int32_t>(v);
+  const float rest = v - static_cast<float>(t);
+  return t + (rest >= 0.5f) - (rest <= -0.5f);
+}
+
 // q[i * q_stride] for the 32 elements of x; returns d.
 inline float QuantizeQ8Block(const float* x, int8_t* q, int64_t q_stride = 1) {
   constexpr int kN = ops::kAttentionQ8Block;
@@ -19,7 +28,7 @@ inline float QuantizeQ8Block(const float* x, int8_t* q, int64_t q_stride = 1) {
   for (int i = 0; i < kN; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float d = amax / 127.f;
   const float id = d != 0.f ? 1.f / d : 0.f;
-  for (int i = 0; i < kN; ++i) q[i * q_stride] = static_cast<int8_t>(std::lround(x[i] * id));
+  for (int i = 0; i < kN; ++i) q[i * q_stride] = static_cast<int8_t>(RoundHalfAway(x[i] * id));
   return d;
 }
 
