@@ -135,6 +135,23 @@ HWY_INLINE void StoreTileOutputs(float* HWY_RESTRICT y, int64_t y_stride, int64_
   }
 }
 
+// Writes the float accumulators of a tile (acc[q][j][v]: group q, activation row j, vector v of the
+// group's 16 rows) through a buffer: with the accumulators themselves captured by a store lambda,
+// GCC 12 kept half of the 2-row, 2-group tile's accumulators on the stack through the whole column
+// loop on AVX2 (a load and a store per FMA), and m = 2 took longer than m = 4.
+template <int kM, int kG, int kV, class DF, class V>
+HWY_INLINE void StoreTileSums(DF df, const V (&acc)[kG][kM][kV], float* HWY_RESTRICT y, int64_t y_stride,
+                              int64_t live_last) {
+  constexpr int N = static_cast<int>(hn::MaxLanes(df));
+  HWY_ALIGN float sums[kG][kM][kFloatGroupRows];
+  for (int q = 0; q < kG; ++q)
+    for (int j = 0; j < kM; ++j)
+      for (int v = 0; v < kV; ++v) hn::Store(acc[q][j][v], df, sums[q][j] + v * N);
+  StoreTileOutputs<kM, kG>(y, y_stride, live_last, [&](int q, int j, float* dst) {
+    std::memcpy(dst, sums[q][j], sizeof(sums[q][j]));
+  });
+}
+
 // Calls fn(std::integral_constant<int, kM>()) for a chunk of mt activation rows, kM = min(mt, kMaxM):
 // the row count is a template argument of the tiles (their accumulators live in registers).
 template <int kMaxM, class Fn>
@@ -165,9 +182,12 @@ HWY_INLINE void WithRowChunk(int mt, const Fn& fn) {
 // output is still one FMA chain over the columns in order, whatever kM and kG are; several groups
 // only give the FMA units independent chains to overlap when there are few activation rows (one row
 // of one group is a single chain bound by FMA latency: 42% of the bundled target's decode time).
+// next_block > 0: the software prefetches fetch the same place next_block elements on (the next
+// block of groups, ForPackedGroupBlocks) instead of kFloatPrefetchCols columns ahead in this stream.
 template <int kM, int kG, typename WT>
 HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const float* HWY_RESTRICT xi,
-                                  float* HWY_RESTRICT y, int64_t y_stride, int64_t live_last) {
+                                  float* HWY_RESTRICT y, int64_t y_stride, int64_t live_last,
+                                  int64_t next_block) {
   const hn::ScalableTag<float> df;
   constexpr int N = static_cast<int>(hn::MaxLanes(df));
   constexpr int kV = static_cast<int>(kFloatGroupRows) / N;
@@ -181,9 +201,13 @@ HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const 
     for (int q = 0; q < kG; ++q) {
       const WT* wk = g + q * group_stride + k * kFloatGroupRows;
       if (k % kFloatPrefetchEvery<WT> == 0) {
-        const int64_t ahead = k + kFloatPrefetchCols;
-        __builtin_prefetch(ahead < cols ? wk + kFloatPrefetchCols * kFloatGroupRows
-                                        : g + (kG + q) * group_stride + (ahead - cols) * kFloatGroupRows);
+        if (next_block > 0) {
+          __builtin_prefetch(wk + next_block);
+        } else {
+          const int64_t ahead = k + kFloatPrefetchCols;
+          __builtin_prefetch(ahead < cols ? wk + kFloatPrefetchCols * kFloatGroupRows
+                                          : g + (kG + q) * group_stride + (ahead - cols) * kFloatGroupRows);
+        }
       }
       for (int v = 0; v < kV; ++v) wv[q][v] = LoadWeights(df, wk + v * N);
     }
@@ -194,9 +218,7 @@ HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const 
         for (int v = 0; v < kV; ++v) acc[q][j][v] = hn::MulAdd(wv[q][v], xb, acc[q][j][v]);
     }
   }
-  StoreTileOutputs<kM, kG>(y, y_stride, live_last, [&](int q, int j, float* dst) {
-    for (int v = 0; v < kV; ++v) hn::StoreU(acc[q][j][v], df, dst + v * N);
-  });
+  StoreTileSums<kM, kG, kV>(df, acc, y, y_stride, live_last);
 }
 
 // Groups per tile for kM activation rows: enough independent FMA chains to hide FMA latency (8:
@@ -233,10 +255,10 @@ HWY_INLINE void ForEachGroupTile(int64_t rows, int64_t gb, int64_t ge, const Til
 // Groups [gb, ge) for one chunk of mt == kM activation rows starting at row j0.
 template <int kM, typename WT>
 HWY_INLINE void FloatPackedGroups(const WT* packed, int64_t rows, int64_t cols, int64_t gb, int64_t ge,
-                                  const float* xj, int64_t j0, float* y) {
+                                  const float* xj, int64_t j0, float* y, int64_t next_block) {
   ForEachGroupTile<kM>(rows, gb, ge, [&](auto groups_tag, int64_t grp, int64_t r0, int64_t live_last) {
     FloatPackedTile<kM, decltype(groups_tag)::value>(packed + grp * cols * kFloatGroupRows, cols, xj,
-                                                     y + j0 * rows + r0, rows, live_last);
+                                                     y + j0 * rows + r0, rows, live_last, next_block);
   });
 }
 
@@ -277,15 +299,17 @@ inline int64_t PackedRowChunk(int64_t m, int64_t max_m) {
 // [j0, j0 + mt) of a packed matrix. Threads take ranges of at least 4 groups, the widest tile (one
 // range each for few rows: kernels::MatMulGrain). Groups are visited in blocks of 12 (a multiple
 // of every tile width) and every chunk of rows runs over a block before the next: the block's
-// weights stay in L2 across the chunks of a long prefill.
+// weights stay in L2 across the chunks of a long prefill. run's last argument says whether a whole
+// block follows in the thread's range (the float kernels prefetch it while the rows of several
+// activation rows compute).
+inline constexpr int64_t kPackedBlockGroups = 12;
 template <class Run>
 void ForPackedGroupBlocks(int64_t groups, int64_t m, int64_t chunk, ThreadPool& pool, const Run& run) {
-  constexpr int64_t kBlockGroups = 12;
   pool.ParallelRange(groups, kernels::MatMulGrain(groups, 4, 4, m, pool), [&](int64_t range_begin,
                                                                              int64_t range_end, int) {
-    for (int64_t gb = range_begin; gb < range_end; gb += kBlockGroups)
-      for (int64_t j0 = 0, ge = std::min(range_end, gb + kBlockGroups); j0 < m; j0 += chunk)
-        run(gb, ge, j0, static_cast<int>(std::min(chunk, m - j0)));
+    for (int64_t gb = range_begin; gb < range_end; gb += kPackedBlockGroups)
+      for (int64_t j0 = 0, ge = std::min(range_end, gb + kPackedBlockGroups); j0 < m; j0 += chunk)
+        run(gb, ge, j0, static_cast<int>(std::min(chunk, m - j0)), ge + kPackedBlockGroups <= range_end);
   });
 }
 
@@ -298,10 +322,17 @@ void MatMulFloatPacked(const WT* packed, int64_t rows, int64_t cols, const float
   // One row is its own interleaving: decode copies nothing.
   thread_local std::vector<float> xi_buf;
   const float* xi = m == 1 ? x : InterleaveRowChunks(x, m, cols, chunk, xi_buf);
-  ForPackedGroupBlocks(groups, m, chunk, pool, [&](int64_t gb, int64_t ge, int64_t j0, int mt) {
+  const int64_t next_block_elems = kPackedBlockGroups * cols * kFloatGroupRows;
+  ForPackedGroupBlocks(groups, m, chunk, pool, [&](int64_t gb, int64_t ge, int64_t j0, int mt, bool has_next) {
     const float* xj = xi + j0 * cols;
+    // With several activation rows the FMAs take longer than the weights take to arrive from L2,
+    // and the stream and the multiply-adds came one after the other (a 9-row chunk pair of the
+    // bundled target's gate/up, from L3, cost its 1-row stream plus its hot compute). The first
+    // chunk of rows over a block prefetches the whole next block instead, so it is on its way
+    // while this block's chunks compute (the later chunks read L2 and issue nothing). Same sums.
+    const int64_t next_block = j0 == 0 && has_next && m > 1 ? next_block_elems : 0;
     WithRowChunk<kMaxM>(mt, [&](auto rows_tag) {
-      FloatPackedGroups<decltype(rows_tag)::value>(packed, rows, cols, gb, ge, xj, j0, y);
+      FloatPackedGroups<decltype(rows_tag)::value>(packed, rows, cols, gb, ge, xj, j0, y, next_block);
     });
   });
 }
