@@ -189,7 +189,10 @@ inline const char* Bf16KernelName() { return UseBf16Dot() ? "vdpbf16ps" : "f32 F
 template <int kM, bool kDot, typename XT>
 HWY_INLINE void Bf16PackedGroups(const uint32_t* packed, int64_t rows, int64_t pairs, int64_t gb, int64_t ge,
                                  const XT* xj, int64_t j0, float* y) {
-  ForEachGroupTile<kM>(rows, gb, ge, [&](auto groups_tag, int64_t grp, int64_t r0, int64_t live_last) {
+  // Every group's weights counted as live (the vdpbf16ps tile holds them all; the FMA tile's even
+  // and odd halves of one group take as many registers as two groups' would).
+  constexpr int kG = FloatTileGroups<hn::ScalableTag<float>>(kM, false);
+  ForEachGroupTile<kM, kG>(rows, gb, ge, [&](auto groups_tag, int64_t grp, int64_t r0, int64_t live_last) {
     constexpr int kTileG = decltype(groups_tag)::value;
     const uint32_t* g = packed + grp * pairs * kFloatGroupRows;
 #ifdef DSPARK_HAVE_BF16_DOT

@@ -176,6 +176,33 @@ HWY_INLINE void WithRowChunk(int mt, const Fn& fn) {
   }
 }
 
+// Groups per tile for kM activation rows: enough independent FMA chains to hide FMA latency (8:
+// latency 4 x two ports) and, with 32 registers, 16-24 accumulators so that each weight vector and
+// each broadcast feeds several FMAs (kM = 8 with one group needs 9 loads per 8 FMAs and was
+// load-bound), without spilling accumulators, weight vectors and the broadcast out of the registers.
+// per_group_loads: the weight vectors of one group are live at a time (FloatPerGroupLoads below).
+template <class DF>
+constexpr int FloatTileGroups(int kM, bool per_group_loads) {
+  constexpr int N = static_cast<int>(hn::MaxLanes(DF()));
+  constexpr int kV = std::max(1, static_cast<int>(kFloatGroupRows) / N);
+  constexpr int kRegs = N * sizeof(float) >= 64 ? 32 : 16;
+  constexpr int kChains = kRegs == 32 ? 16 : 8;
+  int g = std::min(4, std::max(1, (kChains + kM * kV - 1) / (kM * kV)));
+  while (g > 1 && kM * kV * g + kV * (per_group_loads ? 1 : g) + 1 > kRegs) --g;
+  return g;
+}
+
+// Whether a tile of kM rows loads one group's weights at a time, re-reading the broadcasts per
+// group, instead of every group's before the FMAs: where that allows more groups. On AVX2 (16
+// registers) it does for 3 rows: the weights of two groups left no room for their accumulators, and
+// one group (6 FMA chains, short of the 8 that hide FMA latency) made a 3-row pass cost as much as a
+// 4-row one. For 1 and 2 rows the shared broadcasts are worth more (per-group loads measured 1.5x
+// and 1.2x slower hot); with 32 registers every group's weights fit.
+template <class DF>
+constexpr bool FloatPerGroupLoads(int kM) {
+  return kM >= 2 && FloatTileGroups<DF>(kM, true) > FloatTileGroups<DF>(kM, false);
+}
+
 // out[g][j][l] = Σ_k packed_g[k][l] · xi[k][j] for kM activation rows and the 16 rows of each of kG
 // consecutive groups; xi holds the rows interleaved ([cols][kM]) so every broadcast is [one pointer +
 // constant]: with one pointer per row the indexed broadcasts unlaminate into two uops each. Every
@@ -197,6 +224,7 @@ HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const 
     for (int j = 0; j < kM; ++j)
       for (int v = 0; v < kV; ++v) acc[q][j][v] = hn::Zero(df);
   for (int64_t k = 0; k < cols; ++k) {
+    const float* xk = xi + k * kM;
     hn::Vec<decltype(df)> wv[kG][kV];
     for (int q = 0; q < kG; ++q) {
       const WT* wk = g + q * group_stride + k * kFloatGroupRows;
@@ -210,8 +238,19 @@ HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const 
         }
       }
       for (int v = 0; v < kV; ++v) wv[q][v] = LoadWeights(df, wk + v * N);
+      if constexpr (FloatPerGroupLoads<decltype(df)>(kM)) {
+        // The same broadcasts for every group: hidden from the compiler's common-subexpression
+        // pass, which otherwise keeps them all live across the groups (3 rows x 2 groups: 17
+        // registers, one accumulator on the stack).
+        const float* xq = xk;
+        asm("" : "+r"(xq));
+        for (int j = 0; j < kM; ++j) {
+          const auto xb = hn::Set(df, xq[j]);
+          for (int v = 0; v < kV; ++v) acc[q][j][v] = hn::MulAdd(wv[q][v], xb, acc[q][j][v]);
+        }
+      }
     }
-    const float* xk = xi + k * kM;
+    if constexpr (FloatPerGroupLoads<decltype(df)>(kM)) continue;
     for (int j = 0; j < kM; ++j) {
       const auto xb = hn::Set(df, xk[j]);
       for (int q = 0; q < kG; ++q)
@@ -221,27 +260,11 @@ HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const 
   StoreTileSums<kM, kG, kV>(df, acc, y, y_stride, live_last);
 }
 
-// Groups per tile for kM activation rows: enough independent FMA chains to hide FMA latency (8:
-// latency 4 x two ports) and, with 32 registers, 16-24 accumulators so that each weight vector and
-// each broadcast feeds several FMAs (kM = 8 with one group needs 9 loads per 8 FMAs and was
-// load-bound), without spilling accumulators, weight vectors and the broadcast out of the registers.
-template <class DF>
-constexpr int FloatTileGroups(int kM) {
-  constexpr int N = static_cast<int>(hn::MaxLanes(DF()));
-  constexpr int kV = std::max(1, static_cast<int>(kFloatGroupRows) / N);
-  constexpr int kRegs = N * sizeof(float) >= 64 ? 32 : 16;
-  constexpr int kChains = kRegs == 32 ? 16 : 8;
-  int g = std::min(4, std::max(1, (kChains + kM * kV - 1) / (kM * kV)));
-  while (g > 1 && kM * kV * g + kV * g + 1 > kRegs) --g;
-  return g;
-}
-
 // Calls tile(std::integral_constant<int, kTileG>(), grp, r0, live_last) for the tiles that cover
-// groups [gb, ge) of a chunk of kM activation rows: kG = FloatTileGroups(kM) groups per tile, then
+// groups [gb, ge) of a chunk of kM activation rows: kG groups per tile (FloatTileGroups), then
 // one at a time. r0: the tile's first weight row; live_last: rows of its last group inside the matrix.
-template <int kM, class Tile>
+template <int kM, int kG, class Tile>
 HWY_INLINE void ForEachGroupTile(int64_t rows, int64_t gb, int64_t ge, const Tile& tile) {
-  constexpr int kG = FloatTileGroups<hn::ScalableTag<float>>(kM);
   const auto run = [&](auto groups_tag, int64_t grp) {
     constexpr int kTileG = decltype(groups_tag)::value;
     const int64_t r0 = grp * kFloatGroupRows;
@@ -256,7 +279,9 @@ HWY_INLINE void ForEachGroupTile(int64_t rows, int64_t gb, int64_t ge, const Til
 template <int kM, typename WT>
 HWY_INLINE void FloatPackedGroups(const WT* packed, int64_t rows, int64_t cols, int64_t gb, int64_t ge,
                                   const float* xj, int64_t j0, float* y, int64_t next_block) {
-  ForEachGroupTile<kM>(rows, gb, ge, [&](auto groups_tag, int64_t grp, int64_t r0, int64_t live_last) {
+  using DF = hn::ScalableTag<float>;
+  constexpr int kG = FloatTileGroups<DF>(kM, FloatPerGroupLoads<DF>(kM));
+  ForEachGroupTile<kM, kG>(rows, gb, ge, [&](auto groups_tag, int64_t grp, int64_t r0, int64_t live_last) {
     FloatPackedTile<kM, decltype(groups_tag)::value>(packed + grp * cols * kFloatGroupRows, cols, xj,
                                                      y + j0 * rows + r0, rows, live_last, next_block);
   });
