@@ -209,8 +209,9 @@ constexpr bool FloatPerGroupLoads(int kM) {
 // output is still one FMA chain over the columns in order, whatever kM and kG are; several groups
 // only give the FMA units independent chains to overlap when there are few activation rows (one row
 // of one group is a single chain bound by FMA latency: 42% of the bundled target's decode time).
-// next_block > 0: the software prefetches fetch the same place next_block elements on (the next
-// block of groups, ForPackedGroupBlocks) instead of kFloatPrefetchCols columns ahead in this stream.
+// Software prefetch: with next_block > 0, the same place next_block elements on (the next block of
+// groups, ForPackedGroupBlocks); else, for several rows, the same place in the next tile; for one
+// row, kFloatPrefetchCols columns ahead in this stream.
 template <int kM, int kG, typename WT>
 HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const float* HWY_RESTRICT xi,
                                   float* HWY_RESTRICT y, int64_t y_stride, int64_t live_last,
@@ -231,6 +232,12 @@ HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const 
       if (k % kFloatPrefetchEvery<WT> == 0) {
         if (next_block > 0) {
           __builtin_prefetch(wk + next_block);
+        } else if (kM > 1) {
+          // The same place in the next tile: the 128 columns ahead of one row's stream are too
+          // close when the FMAs of several rows take longer than the lines take to arrive (the
+          // bundled target's matrices of one block per thread, 2 threads, 5 alternating runs:
+          // verify k = 4 2.57 -> 2.33 ms, k = 6 3.05 -> 2.82, k = 9 4.68 -> 4.38).
+          __builtin_prefetch(wk + kG * group_stride);
         } else {
           const int64_t ahead = k + kFloatPrefetchCols;
           __builtin_prefetch(ahead < cols ? wk + kFloatPrefetchCols * kFloatGroupRows
