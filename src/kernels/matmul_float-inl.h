@@ -110,9 +110,12 @@ inline constexpr int64_t kFloatGroupRows = 16;
 // 1,345 tok/s, with 128 and the wrap 1,490-1,520, and a 4-row verification took 1.08 -> 0.98 ms;
 // a DRAM-streamed Qwen3-0.6B FFN matrix (kernels_bench) was 5-15% faster at m = 1..8.
 inline constexpr int64_t kFloatPrefetchCols = 128;
-// One prefetch per 128 bytes of a group's stream (the other line of each pair comes with it).
+// One prefetch per 64-byte line of a group's stream. It was one per 128 bytes, on the premise that
+// the other line of each pair comes with it; on Zen 3 it did not: bundled F16 target, 2 x 6
+// alternating runs, decode 473 / 408 -> 710 / 523 tok/s; for several rows (where the FMAs outlast
+// the stream) verify k = 4 3.68 / 3.20 -> 2.46 / 2.58 ms, k = 6 4.31 / 3.50 -> 3.07 / 3.17.
 template <typename WT>
-inline constexpr int64_t kFloatPrefetchEvery = std::max<int64_t>(1, 128 / (kFloatGroupRows * sizeof(WT)));
+inline constexpr int64_t kFloatPrefetchEvery = std::max<int64_t>(1, 64 / (kFloatGroupRows * sizeof(WT)));
 
 // Writes the outputs of a tile of kG groups x kM activation rows: store16(q, j, dst) writes the 16
 // sums of group q for row j to dst. Outputs go straight to y (row j at y + j * y_stride); only a
