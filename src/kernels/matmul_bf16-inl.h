@@ -89,6 +89,9 @@ inline const float* RoundRowsToBf16Floats(const float* HWY_RESTRICT x, int64_t m
 
 // ---- Targets without vdpbf16ps: f32 FMAs over the split pair lanes ----
 
+// Software prefetch distance of the FMA tile in column pairs (x 64 bytes per group).
+inline constexpr int64_t kBf16FmaPrefetchPairs = 64;
+
 // out[g][j][l] = Σ_k packed_g[k][l] · xr[k][j] for kM activation rows (xr: the bf16-rounded rows
 // as f32, interleaved [cols_pad][kM]) and the 16 rows of each of kG consecutive groups.
 template <int kM, int kG>
@@ -111,6 +114,13 @@ HWY_NOINLINE void Bf16PackedTileFma(const uint32_t* HWY_RESTRICT g, int64_t pair
     // registers and ran at half the rate of 4 rows.
     for (int q = 0; q < kG; ++q) {
       const uint32_t* wp = g + q * group_stride + p * kFloatGroupRows;
+      // One line per pair (16 rows x 4 bytes): kBf16FmaPrefetchPairs ahead in this group's stream,
+      // past its end the next tile's group (as the F16 kernel's prefetch).
+      {
+        const int64_t ahead = p + kBf16FmaPrefetchPairs;
+        __builtin_prefetch(ahead < pairs ? wp + kBf16FmaPrefetchPairs * kFloatGroupRows
+                                         : g + (kG + q) * group_stride + (ahead - pairs) * kFloatGroupRows);
+      }
       hn::Vec<decltype(df)> even[kV], odd[kV];
       for (int v = 0; v < kV; ++v) {
         const auto w = hn::LoadU(du, wp + v * N);
