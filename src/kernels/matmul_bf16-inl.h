@@ -89,8 +89,8 @@ inline const float* RoundRowsToBf16Floats(const float* HWY_RESTRICT x, int64_t m
 
 // ---- Targets without vdpbf16ps: f32 FMAs over the split pair lanes ----
 
-// Software prefetch distance of the FMA tile in column pairs (x 64 bytes per group).
-inline constexpr int64_t kBf16FmaPrefetchPairs = 64;
+// Software prefetch distance in column pairs (x 64 bytes per group), as kFloatPrefetchCols for F16.
+inline constexpr int64_t kBf16PrefetchPairs = 64;
 
 // out[g][j][l] = Σ_k packed_g[k][l] · xr[k][j] for kM activation rows (xr: the bf16-rounded rows
 // as f32, interleaved [cols_pad][kM]) and the 16 rows of each of kG consecutive groups.
@@ -114,13 +114,8 @@ HWY_NOINLINE void Bf16PackedTileFma(const uint32_t* HWY_RESTRICT g, int64_t pair
     // registers and ran at half the rate of 4 rows.
     for (int q = 0; q < kG; ++q) {
       const uint32_t* wp = g + q * group_stride + p * kFloatGroupRows;
-      // One line per pair (16 rows x 4 bytes): kBf16FmaPrefetchPairs ahead in this group's stream,
-      // past its end the next tile's group (as the F16 kernel's prefetch).
-      {
-        const int64_t ahead = p + kBf16FmaPrefetchPairs;
-        __builtin_prefetch(ahead < pairs ? wp + kBf16FmaPrefetchPairs * kFloatGroupRows
-                                         : g + (kG + q) * group_stride + (ahead - pairs) * kFloatGroupRows);
-      }
+      // One line per pair (16 rows x 4 bytes), kBf16PrefetchPairs ahead (StreamAhead).
+      __builtin_prefetch(StreamAhead(g, q, kG, group_stride, p, pairs, kBf16PrefetchPairs));
       hn::Vec<decltype(df)> even[kV], odd[kV];
       for (int v = 0; v < kV; ++v) {
         const auto w = hn::LoadU(du, wp + v * N);
@@ -143,9 +138,6 @@ HWY_NOINLINE void Bf16PackedTileFma(const uint32_t* HWY_RESTRICT g, int64_t pair
 #define DSPARK_BF16_ATTR \
   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,fma,f16c,avx2")))
 
-// Software prefetch distance in column pairs (x 64 bytes per group), as kFloatPrefetchCols for F16.
-inline constexpr int64_t kBf16PrefetchPairs = 64;
-
 // As Bf16PackedTileFma with xi the bf16 pairs of each activation row interleaved [pairs][kM].
 template <int kM, int kG>
 DSPARK_BF16_ATTR HWY_NOINLINE void Bf16PackedTileDot(const uint32_t* HWY_RESTRICT g, int64_t pairs,
@@ -160,11 +152,7 @@ DSPARK_BF16_ATTR HWY_NOINLINE void Bf16PackedTileDot(const uint32_t* HWY_RESTRIC
     for (int q = 0; q < kG; ++q) {
       const uint32_t* wp = g + q * group_stride + p * kFloatGroupRows;
       // One prefetch per two pairs (128 bytes); past the group's end, the next tile's group.
-      if (p % 2 == 0) {
-        const int64_t ahead = p + kBf16PrefetchPairs;
-        __builtin_prefetch(ahead < pairs ? wp + kBf16PrefetchPairs * kFloatGroupRows
-                                         : g + (kG + q) * group_stride + (ahead - pairs) * kFloatGroupRows);
-      }
+      if (p % 2 == 0) __builtin_prefetch(StreamAhead(g, q, kG, group_stride, p, pairs, kBf16PrefetchPairs));
       w[q] = _mm512_loadu_si512(wp);
     }
     const uint32_t* xp = xi + p * kM;

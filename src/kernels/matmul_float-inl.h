@@ -117,6 +117,18 @@ inline constexpr int64_t kFloatPrefetchCols = 128;
 template <typename WT>
 inline constexpr int64_t kFloatPrefetchEvery = std::max<int64_t>(1, 64 / (kFloatGroupRows * sizeof(WT)));
 
+// The software prefetch address `ahead` columns past column k of group q's stream in a tile of kG
+// groups starting at g (group_stride elements apart, kFloatGroupRows per column): in the same
+// stream, or past its end the same offset in group kG + q, the next tile's (which follows this
+// tile's groups in memory; the group after q is this tile's own, already being read).
+template <typename T>
+HWY_INLINE const T* StreamAhead(const T* g, int q, int kG, int64_t group_stride, int64_t k, int64_t cols,
+                                int64_t ahead) {
+  const int64_t a = k + ahead;
+  return a < cols ? g + q * group_stride + a * kFloatGroupRows
+                  : g + (kG + q) * group_stride + (a - cols) * kFloatGroupRows;
+}
+
 // Writes the outputs of a tile of kG groups x kM activation rows: store16(q, j, dst) writes the 16
 // sums of group q for row j to dst. Outputs go straight to y (row j at y + j * y_stride); only a
 // matrix whose row count is not a multiple of 16 has a last group with rows past the end, which
@@ -242,9 +254,7 @@ HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const 
           // verify k = 4 2.57 -> 2.33 ms, k = 6 3.05 -> 2.82, k = 9 4.68 -> 4.38).
           __builtin_prefetch(wk + kG * group_stride);
         } else {
-          const int64_t ahead = k + kFloatPrefetchCols;
-          __builtin_prefetch(ahead < cols ? wk + kFloatPrefetchCols * kFloatGroupRows
-                                          : g + (kG + q) * group_stride + (ahead - cols) * kFloatGroupRows);
+          __builtin_prefetch(StreamAhead(g, q, kG, group_stride, k, cols, kFloatPrefetchCols));
         }
       }
       for (int v = 0; v < kV; ++v) wv[q][v] = LoadWeights(df, wk + v * N);
@@ -364,7 +374,8 @@ void MatMulFloatPacked(const WT* packed, int64_t rows, int64_t cols, const float
     // and the stream and the multiply-adds came one after the other (a 9-row chunk pair of the
     // bundled target's gate/up, from L3, cost its 1-row stream plus its hot compute). The first
     // chunk of rows over a block prefetches the whole next block instead, so it is on its way
-    // while this block's chunks compute (the later chunks read L2 and issue nothing). Same sums.
+    // while this block's chunks compute (the later chunks, reading this block from L2, prefetch
+    // its next tile into L1). Same sums.
     const int64_t next_block = j0 == 0 && has_next && m > 1 ? next_block_elems : 0;
     WithRowChunk<kMaxM>(mt, [&](auto rows_tag) {
       FloatPackedGroups<decltype(rows_tag)::value>(packed, rows, cols, gb, ge, xj, j0, y, next_block);
