@@ -165,10 +165,15 @@ struct PackedBlock32 {
   DSPARK_PACKED_ATTR static HWY_INLINE PackedI StartSum(int32_t corr) {
     return kOffset == 0 || kSignedDot ? ZeroPI() : SetPI(corr);  // corr is only written for an offset
   }
+  // Whether a block's 8 Dots of one row add up exactly as one short sum (ShortDots): Q4_0 / Q4_1's
+  // q <= 15 do; Q5_x's q <= 31 and Q8_0's signed bytes do not.
+  static constexpr bool kShort = kNibbles && !kHighBit && ShortDots(15) >= 8;
   template <bool kVex>
   DSPARK_PACKED_ATTR static HWY_INLINE void AddProducts(PackedI& acc, PackedI w, int32_t a) {
     if constexpr (kSignedDot) {
       DotSigned<kVex>(acc, w, a);
+    } else if constexpr (kShort) {
+      DotValueShort<kVex>(acc, w, a);
     } else {
       DotValue<kVex>(acc, w, a);
     }
@@ -203,9 +208,10 @@ struct PackedBlock32 {
     for (int64_t b = b0; b < b1; ++b) {
       const PackedF dw = HalvesToPF(group + b * kPackedRows * 2);
       const uint8_t* q = quants + b * kUnitBytes;
+      // kSplit: two int32 chains; else one, a short sum where the format allows (AddProducts).
       PackedI s0[kM], s1[kSplit ? kM : 1];
       for (int j = 0; j < kM; ++j) {
-        s0[j] = StartSum(corr[j][b]);
+        s0[j] = kShort && !kSplit ? StartShort<kVex>(StartSum(corr[j][b])) : StartSum(corr[j][b]);
         if constexpr (kSplit) s1[j] = ZeroPI();
       }
       for (int quad = 0; quad < 8; ++quad) {
@@ -226,7 +232,11 @@ struct PackedBlock32 {
       }
       for (int j = 0; j < kM; ++j) {
         PackedI s = s0[j];
-        if constexpr (kSplit) s = AddPI(s, s1[j]);
+        if constexpr (kSplit) {
+          s = AddPI(s, s1[j]);
+        } else if constexpr (kShort) {
+          s = FinishShort<kVex>(s, StartSum(corr[j][b]));
+        }
         f[j] = FmaPF(ToPF(s), MulPF(dw, SetPF(da[j][b])), f[j]);
         f[j] = AddMin(group, g, b, pa.asum[(j0 + j) * pa.nsub + b], f[j]);
       }

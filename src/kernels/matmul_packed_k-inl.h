@@ -171,6 +171,18 @@ struct PackedQ45_K {
     }
   }
 
+  // Whether a sub-block's 8 Dots of one row add up exactly as one short sum (ShortDots): Q4_K's
+  // q <= 15 do, Q5_K's q <= 31 do not (4 at most).
+  static constexpr bool kShort = ShortDots(kHighBit ? 31 : 15) >= 8;
+  template <bool kVex>
+  DSPARK_PACKED_ATTR static HWY_INLINE void SubBlockDot(PackedI& acc, PackedI w, const int32_t* a) {
+    if constexpr (kShort) {
+      DotShort<kVex>(acc, w, a);
+    } else {
+      Dot<kVex>(acc, w, a);
+    }
+  }
+
   // f += da * (d * Σ_s sc_s * cvt(Σ q·a) - dmin * cvt(Σ_s m_s * Σ a)) per super-block and
   // activation row (see the top of the file). kM <= 2 splits each sub-block's 8 vpdpbusd over two
   // chains (low and high nibbles): one chain is 8 dependent instructions.
@@ -206,15 +218,19 @@ struct PackedQ45_K {
           // Quad-outer, row-inner: kM independent accumulator chains in program order (row-outer
           // made each row one chain of 8 dependent vpdpbusd, and with lo[4], hi[4] live next to
           // f, gs and mins Kernel<8> spilled), and only one quad's two operands live.
+          // Q4_K's 8 Dots fit one short sum (AVX2: int16 lanes, one widening per sub-block).
           PackedI acc[kM];
-          for (int j = 0; j < kM; ++j) acc[j] = ZeroPI();
+          for (int j = 0; j < kM; ++j) acc[j] = kShort ? StartShort<kVex>(ZeroPI()) : ZeroPI();
           for (int quad = 0; quad < 4; ++quad) {
             PackedI lo, hi;
             Operands(sub, quad, lo, hi);
-            for (int j = 0; j < kM; ++j) Dot<kVex>(acc[j], lo, rows.A(aw + quad, j));
-            for (int j = 0; j < kM; ++j) Dot<kVex>(acc[j], hi, rows.A(aw + 4 + quad, j));
+            for (int j = 0; j < kM; ++j) SubBlockDot<kVex>(acc[j], lo, rows.A(aw + quad, j));
+            for (int j = 0; j < kM; ++j) SubBlockDot<kVex>(acc[j], hi, rows.A(aw + 4 + quad, j));
           }
-          for (int j = 0; j < kM; ++j) gs[j] = FmaPF(ToPF(acc[j]), sc, gs[j]);
+          for (int j = 0; j < kM; ++j) {
+            const PackedI sum = kShort ? FinishShort<kVex>(acc[j], ZeroPI()) : acc[j];
+            gs[j] = FmaPF(ToPF(sum), sc, gs[j]);
+          }
         }
       }
       // The min term after the sub-blocks, so its accumulators are not live across them.
@@ -318,11 +334,17 @@ struct PackedQ6_K {
         const PackedI x3 = Or3(TopBitsTo<0>(p0), TopBitsTo<1>(p1), TopBitsTo<2>(p2));
         const int64_t aw = 64 * u + 4 * s;  // first activation dword of the sub-block
         for (int j = 0; j < kM; ++j) {
+          // Two short sums of two Dots each (q <= 63: ShortDots(63) == 2).
+          static_assert(ShortDots(63) >= 2);
           PackedI acc = SetPI(corr[j][16 * u + s]);
-          Dot<kVex>(acc, x0, rows.A(aw, j));
-          Dot<kVex>(acc, x1, rows.A(aw + 1, j));
-          Dot<kVex>(acc, x2, rows.A(aw + 2, j));
-          Dot<kVex>(acc, x3, rows.A(aw + 3, j));
+          PackedI pair = StartShort<kVex>(acc);
+          DotShort<kVex>(pair, x0, rows.A(aw, j));
+          DotShort<kVex>(pair, x1, rows.A(aw + 1, j));
+          acc = FinishShort<kVex>(pair, acc);
+          pair = StartShort<kVex>(acc);
+          DotShort<kVex>(pair, x2, rows.A(aw + 2, j));
+          DotShort<kVex>(pair, x3, rows.A(aw + 3, j));
+          acc = FinishShort<kVex>(pair, acc);
           gs[j] = FmaPF(ToPF(acc), sc, gs[j]);
         }
       }

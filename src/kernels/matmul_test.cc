@@ -262,6 +262,62 @@ TEST(MatMul, PackedQuantisedKernelsAgreeBitwiseAcrossTargets) {
   }
 }
 
+// The largest operands every quantised format can hold (every quant bit set, scales at their
+// largest) against activations that all quantise to the same extreme: the AVX2 kernels keep
+// several byte-product sums in int16 lanes (ShortDots in matmul_packed_simd-inl.h), exact only
+// within the bound on operand size; one Dot too many, or a format whose quants are too wide for the
+// sum it uses, wraps a lane and misses the exact reference by far.
+template <typename Block>
+void SetBlockScales(std::vector<uint8_t>& bytes, f16_bits d) {
+  auto* blocks = reinterpret_cast<Block*>(bytes.data());
+  for (size_t b = 0; b < bytes.size() / sizeof(Block); ++b) {
+    blocks[b].d = d;
+    if constexpr (requires { blocks[b].dmin; }) blocks[b].dmin = 0;
+    if constexpr (requires { blocks[b].m; }) blocks[b].m = 0;
+  }
+}
+
+TEST(MatMul, QuantisedSumsExactAtLargestOperands) {
+  ThreadPool pool(2);
+  const int64_t rows = 37, cols = 4 * 256;
+  const f16_bits d = F32ToF16(1.0f / 256);
+  for (const DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ4_K,
+                        DType::kQ5_K, DType::kQ6_K}) {
+    Weights w;
+    w.bytes.assign(RowBytes(t, cols) * rows, 0xFF);
+    switch (t) {
+      case DType::kQ4_0: SetBlockScales<BlockQ4_0>(w.bytes, d); break;
+      case DType::kQ4_1: SetBlockScales<BlockQ4_1>(w.bytes, d); break;
+      case DType::kQ5_0: SetBlockScales<BlockQ5_0>(w.bytes, d); break;
+      case DType::kQ5_1: SetBlockScales<BlockQ5_1>(w.bytes, d); break;
+      case DType::kQ8_0: SetBlockScales<BlockQ8_0>(w.bytes, d); break;
+      case DType::kQ4_K: SetBlockScales<BlockQ4_K>(w.bytes, d); break;
+      case DType::kQ5_K: SetBlockScales<BlockQ5_K>(w.bytes, d); break;
+      default: SetBlockScales<BlockQ6_K>(w.bytes, d); break;
+    }
+    w.view = {w.bytes.data(), t, rows, cols};
+    const size_t bytes = ops::PackedBytes(t, rows, cols);
+    std::vector<uint8_t> packed(bytes + 64);
+    if (bytes > 0) {
+      auto* dst = reinterpret_cast<void*>(kernels::RoundUp(reinterpret_cast<uintptr_t>(packed.data()), 64));
+      ops::PackWeights(w.view, dst, pool);
+      w.view.packed = dst;
+    }
+    for (const float sign : {1.0f, -1.0f}) {
+      for (int64_t m : {1, 3, 4, 9}) {
+        const std::vector<float> x(m * cols, sign);
+        for (const bool vex_off : {false, true}) {
+          kernels::DisableAvxVnniForTest(vex_off);
+          kernels::ForEachTarget([&](const std::string& target) {
+            ExpectMatchesRef(w.view, x, m, pool, target + (vex_off ? " (AVX-VNNI off)" : ""));
+          });
+        }
+        kernels::DisableAvxVnniForTest(false);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatMulTypes, ::testing::ValuesIn(kAllTypes),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
