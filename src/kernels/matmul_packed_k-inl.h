@@ -189,6 +189,9 @@ struct PackedQ45_K {
   template <int kM, bool kVex>
   DSPARK_PACKED_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t u0,
                                         int64_t u1, const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
+#if !DSPARK_HAVE_VNNI
+    if constexpr (!kHighBit) return KernelHalves<kM, kVex>(group, g, u0, u1, pa, j0, f_io);
+#endif
     constexpr bool kSplit = DSPARK_HAVE_VNNI && kM <= 2;  // AVX2: no registers for lo[4], hi[4]
     const ActRows<kM> rows(pa, j0);
     const auto& da = rows.da;
@@ -244,6 +247,65 @@ struct PackedQ45_K {
     }
     f.Store();
   }
+
+#if !DSPARK_HAVE_VNNI
+  // Q4_K's Kernel on AVX2: each super-block runs as two halves of 8 weight rows (ymm), each over
+  // its 8 sub-blocks, instead of 16 rows in ymm pairs. Kernel's accumulators for 4 activation rows
+  // (2 ymm per row each for the int sums, the float sums and the outputs) did not fit 16 ymm:
+  // GCC kept half the int sums on the stack, and each quad's adds went through a store and a
+  // reload, a chain of store-forwarding latency per quad. A half needs 1 ymm per row for each,
+  // the operands of one quad and the broadcast; it re-reads the super-block (from L1) and
+  // broadcasts the activations once per half. Every lane's integer sums and float steps are
+  // Kernel's, in the same order: the same outputs bitwise.
+  template <int kM, bool kVex>
+  static void KernelHalves(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t u0, int64_t u1,
+                           const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
+    static_assert(kShort);
+    const ActRows<kM> rows(pa, j0);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    KernelOutputs<kM> f(f_io);
+    for (int64_t u = u0; u < u1; ++u) {
+      const uint8_t* sb = group + g.header_bytes + u * kUnitBytes;
+      HWY_ALIGN float gsum[kM][kPackedRows];  // Σ_s sc_s * cvt(Σ q·a), both halves
+      for (int h = 0; h < 2; ++h) {
+        HalfF gs[kM];
+        for (int j = 0; j < kM; ++j) gs[j] = _mm256_setzero_ps();
+        for (int s = 0; s < 8; ++s) {
+          // The unit's lines spread over the 16 steps of both halves, as Kernel spreads them over
+          // its 8 (all in the first half left the second without a stream: DRAM-bound m = 2 slower).
+          constexpr int kLinesPerStep = (kUnitBytes / 64 + 15) / 16;
+          PrefetchUnitLines<kPrefetch, kUnitBytes>(sb, kLinesPerStep * (8 * h + s), kLinesPerStep);
+          const HalfF sc = HalfU8ToF(sb + 64 + 16 * s, h);
+          const uint8_t* sub = sb + kScaleBytes + s * kSubBytes;
+          const int64_t aw = 64 * u + 8 * s;  // first activation dword of the sub-block
+          HalfI acc[kM];
+          for (int j = 0; j < kM; ++j) acc[j] = _mm256_setzero_si256();
+          for (int quad = 0; quad < 4; ++quad) {
+            const HalfI v = LoadHalf(sub + 64 * quad, h);
+            const HalfI lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            for (int j = 0; j < kM; ++j) HalfDotShort<kVex>(acc[j], lo, rows.A(aw + quad, j));
+            for (int j = 0; j < kM; ++j) HalfDotShort<kVex>(acc[j], hi, rows.A(aw + 4 + quad, j));
+            // Each quad's sums in registers before the next quad: the adds are associative, and
+            // GCC otherwise computed all 32 products of the unrolled sub-block first, spilling them.
+            for (int j = 0; j < kM; ++j) asm("" : "+x"(acc[j]));
+          }
+          for (int j = 0; j < kM; ++j)
+            gs[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(HalfFinishShort<kVex>(acc[j])), sc, gs[j]);
+        }
+        for (int j = 0; j < kM; ++j) _mm256_store_ps(gsum[j] + 8 * h, gs[j]);
+      }
+      PackedI mins[kM];
+      for (int j = 0; j < kM; ++j) mins[j] = ZeroPI();
+      for (int p = 0; p < 4; ++p)
+        for (int j = 0; j < kM; ++j) DotPairsU8(mins[j], sb + 192 + 32 * p, rows.corr[j][4 * u + p]);
+      const PackedF d = HalvesToPF(sb);
+      const PackedF dmin = HalvesToPF(sb + 32);
+      for (int j = 0; j < kM; ++j)
+        f.Add(j, FnmaPF(ToPF(mins[j]), dmin, MulPF(LoadPF(gsum[j]), d)), rows.da[j][8 * u]);
+    }
+    f.Store();
+  }
+#endif
 };
 using PackedQ4_K = PackedQ45_K<false>;
 using PackedQ5_K = PackedQ45_K<true>;

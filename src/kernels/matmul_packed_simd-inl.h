@@ -227,6 +227,30 @@ HWY_INLINE PackedI FinishShort(PackedI acc, PackedI start) {
   const __m256i ones = _mm256_set1_epi16(1);
   return AddPI(start, {_mm256_madd_epi16(acc.lo, ones), _mm256_madd_epi16(acc.hi, ones)});
 }
+// One 8-row half (h = 0: rows 0-7, h = 1: rows 8-15) of a 16-row vector, for kernels that run a
+// group as two halves so that their accumulators fit the 16 ymm (PackedQ45_K::KernelHalves).
+using HalfI = __m256i;
+using HalfF = __m256;
+HWY_INLINE HalfI LoadHalf(const uint8_t* p, int h) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 * h)); }
+// The short sum of one half (StartShort / DotShort / FinishShort on 8 lanes), started at zero.
+template <bool kVex>
+HWY_INLINE void HalfDotShort(HalfI& acc, HalfI w, const int32_t* a) {
+  const __m256i av = _mm256_set1_epi32(*a);
+  if constexpr (kVex) {
+    DotHalf<true>(acc, w, av);
+  } else {
+    acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, av));
+  }
+}
+template <bool kVex>
+HWY_INLINE HalfI HalfFinishShort(HalfI acc) {
+  if constexpr (kVex) return acc;
+  return _mm256_madd_epi16(acc, _mm256_set1_epi16(1));
+}
+// Bytes 8h .. 8h + 7 of 16 (one per row) as float lanes.
+HWY_INLINE HalfF HalfU8ToF(const uint8_t* p, int h) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * h))));
+}
 // acc += Σ_4 w (s8) * a (s8): |w| times a with w's sign, so no pair exceeds int16.
 template <bool kVex>
 HWY_INLINE void DotSigned(PackedI& acc, PackedI w, int32_t a) {
