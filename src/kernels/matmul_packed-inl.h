@@ -208,10 +208,11 @@ struct PackedBlock32 {
     for (int64_t b = b0; b < b1; ++b) {
       const PackedF dw = HalvesToPF(group + b * kPackedRows * 2);
       const uint8_t* q = quants + b * kUnitBytes;
-      // kSplit: two int32 chains; else one, a short sum where the format allows (AddProducts).
+      // kSplit: two int32 chains; a short sum where the format allows (AddProducts; with
+      // vpdpbusd, kSplit's targets, a short sum is the int32 chain itself).
       PackedI s0[kM], s1[kSplit ? kM : 1];
       for (int j = 0; j < kM; ++j) {
-        s0[j] = kShort && !kSplit ? StartShort<kVex>(StartSum(corr[j][b])) : StartSum(corr[j][b]);
+        s0[j] = kShort ? StartShort<kVex>(StartSum(corr[j][b])) : StartSum(corr[j][b]);
         if constexpr (kSplit) s1[j] = ZeroPI();
       }
       for (int quad = 0; quad < 8; ++quad) {
@@ -232,11 +233,8 @@ struct PackedBlock32 {
       }
       for (int j = 0; j < kM; ++j) {
         PackedI s = s0[j];
-        if constexpr (kSplit) {
-          s = AddPI(s, s1[j]);
-        } else if constexpr (kShort) {
-          s = FinishShort<kVex>(s, StartSum(corr[j][b]));
-        }
+        if constexpr (kSplit) s = AddPI(s, s1[j]);
+        if constexpr (kShort) s = FinishShort<kVex>(s, StartSum(corr[j][b]));
         f[j] = FmaPF(ToPF(s), MulPF(dw, SetPF(da[j][b])), f[j]);
         f[j] = AddMin(group, g, b, pa.asum[(j0 + j) * pa.nsub + b], f[j]);
       }

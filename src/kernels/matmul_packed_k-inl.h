@@ -172,16 +172,8 @@ struct PackedQ45_K {
   }
 
   // Whether a sub-block's 8 Dots of one row add up exactly as one short sum (ShortDots): Q4_K's
-  // q <= 15 do, Q5_K's q <= 31 do not (4 at most).
+  // q <= 15 do (KernelHalves on AVX2), Q5_K's q <= 31 do not (4 at most).
   static constexpr bool kShort = ShortDots(kHighBit ? 31 : 15) >= 8;
-  template <bool kVex>
-  DSPARK_PACKED_ATTR static HWY_INLINE void SubBlockDot(PackedI& acc, PackedI w, const int32_t* a) {
-    if constexpr (kShort) {
-      DotShort<kVex>(acc, w, a);
-    } else {
-      Dot<kVex>(acc, w, a);
-    }
-  }
 
   // f += da * (d * Σ_s sc_s * cvt(Σ q·a) - dmin * cvt(Σ_s m_s * Σ a)) per super-block and
   // activation row (see the top of the file). kM <= 2 splits each sub-block's 8 vpdpbusd over two
@@ -190,7 +182,7 @@ struct PackedQ45_K {
   DSPARK_PACKED_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t u0,
                                         int64_t u1, const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
 #if !DSPARK_HAVE_VNNI
-    if constexpr (!kHighBit) return KernelHalves<kM, kVex>(group, g, u0, u1, pa, j0, f_io);
+    if constexpr (kShort) return KernelHalves<kM, kVex>(group, g, u0, u1, pa, j0, f_io);
 #endif
     constexpr bool kSplit = DSPARK_HAVE_VNNI && kM <= 2;  // AVX2: no registers for lo[4], hi[4]
     const ActRows<kM> rows(pa, j0);
@@ -221,19 +213,15 @@ struct PackedQ45_K {
           // Quad-outer, row-inner: kM independent accumulator chains in program order (row-outer
           // made each row one chain of 8 dependent vpdpbusd, and with lo[4], hi[4] live next to
           // f, gs and mins Kernel<8> spilled), and only one quad's two operands live.
-          // Q4_K's 8 Dots fit one short sum (AVX2: int16 lanes, one widening per sub-block).
           PackedI acc[kM];
-          for (int j = 0; j < kM; ++j) acc[j] = kShort ? StartShort<kVex>(ZeroPI()) : ZeroPI();
+          for (int j = 0; j < kM; ++j) acc[j] = ZeroPI();
           for (int quad = 0; quad < 4; ++quad) {
             PackedI lo, hi;
             Operands(sub, quad, lo, hi);
-            for (int j = 0; j < kM; ++j) SubBlockDot<kVex>(acc[j], lo, rows.A(aw + quad, j));
-            for (int j = 0; j < kM; ++j) SubBlockDot<kVex>(acc[j], hi, rows.A(aw + 4 + quad, j));
+            for (int j = 0; j < kM; ++j) Dot<kVex>(acc[j], lo, rows.A(aw + quad, j));
+            for (int j = 0; j < kM; ++j) Dot<kVex>(acc[j], hi, rows.A(aw + 4 + quad, j));
           }
-          for (int j = 0; j < kM; ++j) {
-            const PackedI sum = kShort ? FinishShort<kVex>(acc[j], ZeroPI()) : acc[j];
-            gs[j] = FmaPF(ToPF(sum), sc, gs[j]);
-          }
+          for (int j = 0; j < kM; ++j) gs[j] = FmaPF(ToPF(acc[j]), sc, gs[j]);
         }
       }
       // The min term after the sub-blocks, so its accumulators are not live across them.
@@ -283,8 +271,8 @@ struct PackedQ45_K {
           for (int quad = 0; quad < 4; ++quad) {
             const HalfI v = LoadHalf(sub + 64 * quad, h);
             const HalfI lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            for (int j = 0; j < kM; ++j) HalfDotShort<kVex>(acc[j], lo, rows.A(aw + quad, j));
-            for (int j = 0; j < kM; ++j) HalfDotShort<kVex>(acc[j], hi, rows.A(aw + 4 + quad, j));
+            for (int j = 0; j < kM; ++j) HalfDotShort<kVex>(acc[j], lo, *rows.A(aw + quad, j));
+            for (int j = 0; j < kM; ++j) HalfDotShort<kVex>(acc[j], hi, *rows.A(aw + 4 + quad, j));
             // Each quad's sums in registers before the next quad: the adds are associative, and
             // GCC otherwise computed all 32 products of the unrolled sub-block first, spilling them.
             for (int j = 0; j < kM; ++j) asm("" : "+x"(acc[j]));

@@ -203,39 +203,15 @@ HWY_INLINE void Dot(PackedI& acc, PackedI w, const int32_t* a) {
 // multiplies share two ports on Zen 3). Exact while no int16 lane passes 32767: at most
 // ShortDots(q_max) Dots of unsigned operands up to q_max (with activations in [-127, 127], Q8_K's
 // and Q8_0's range). With AVX-VNNI (kVex) a short sum is the int32 vpdpbusd chain.
-// StartShort(start) / FinishShort(acc, start): the accumulator to sum into, and the int32 sum
-// start + Σ.
-template <bool kVex>
-HWY_INLINE PackedI StartShort(PackedI start) {
-  if constexpr (kVex) return start;
-  return ZeroPI();
-}
-template <bool kVex>
-HWY_INLINE void DotValueShort(PackedI& acc, PackedI w, int32_t a) {
-  if constexpr (kVex) return DotValue<kVex>(acc, w, a);
-  const __m256i av = _mm256_set1_epi32(a);
-  acc.lo = _mm256_add_epi16(acc.lo, _mm256_maddubs_epi16(w.lo, av));
-  acc.hi = _mm256_add_epi16(acc.hi, _mm256_maddubs_epi16(w.hi, av));
-}
-template <bool kVex>
-HWY_INLINE void DotShort(PackedI& acc, PackedI w, const int32_t* a) {
-  DotValueShort<kVex>(acc, w, *a);
-}
-template <bool kVex>
-HWY_INLINE PackedI FinishShort(PackedI acc, PackedI start) {
-  if constexpr (kVex) return acc;
-  const __m256i ones = _mm256_set1_epi16(1);
-  return AddPI(start, {_mm256_madd_epi16(acc.lo, ones), _mm256_madd_epi16(acc.hi, ones)});
-}
-// One 8-row half (h = 0: rows 0-7, h = 1: rows 8-15) of a 16-row vector, for kernels that run a
-// group as two halves so that their accumulators fit the 16 ymm (PackedQ45_K::KernelHalves).
+// On one 8-row half (h = 0: rows 0-7, h = 1: rows 8-15) of a 16-row vector, which kernels that run
+// a group as two halves use directly (their accumulators then fit the 16 ymm: PackedQ45_K::
+// KernelHalves), and on both halves of a PackedI below. A half's short sum starts at zero.
 using HalfI = __m256i;
 using HalfF = __m256;
 HWY_INLINE HalfI LoadHalf(const uint8_t* p, int h) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 * h)); }
-// The short sum of one half (StartShort / DotShort / FinishShort on 8 lanes), started at zero.
 template <bool kVex>
-HWY_INLINE void HalfDotShort(HalfI& acc, HalfI w, const int32_t* a) {
-  const __m256i av = _mm256_set1_epi32(*a);
+HWY_INLINE void HalfDotShort(HalfI& acc, HalfI w, int32_t a) {
+  const __m256i av = _mm256_set1_epi32(a);
   if constexpr (kVex) {
     DotHalf<true>(acc, w, av);
   } else {
@@ -250,6 +226,27 @@ HWY_INLINE HalfI HalfFinishShort(HalfI acc) {
 // Bytes 8h .. 8h + 7 of 16 (one per row) as float lanes.
 HWY_INLINE HalfF HalfU8ToF(const uint8_t* p, int h) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * h))));
+}
+// StartShort(start) / FinishShort(acc, start) on 16 rows: the accumulator to sum into, and the
+// int32 sum start + Σ.
+template <bool kVex>
+HWY_INLINE PackedI StartShort(PackedI start) {
+  if constexpr (kVex) return start;
+  return ZeroPI();
+}
+template <bool kVex>
+HWY_INLINE void DotValueShort(PackedI& acc, PackedI w, int32_t a) {
+  HalfDotShort<kVex>(acc.lo, w.lo, a);
+  HalfDotShort<kVex>(acc.hi, w.hi, a);
+}
+template <bool kVex>
+HWY_INLINE void DotShort(PackedI& acc, PackedI w, const int32_t* a) {
+  DotValueShort<kVex>(acc, w, *a);
+}
+template <bool kVex>
+HWY_INLINE PackedI FinishShort(PackedI acc, PackedI start) {
+  if constexpr (kVex) return acc;
+  return AddPI(start, {HalfFinishShort<kVex>(acc.lo), HalfFinishShort<kVex>(acc.hi)});
 }
 // acc += Σ_4 w (s8) * a (s8): |w| times a with w's sign, so no pair exceeds int16.
 template <bool kVex>

@@ -28,6 +28,18 @@ namespace {
 struct Weights {
   ops::WeightView view;
   std::vector<uint8_t> bytes;
+  std::vector<uint8_t> packed_bytes;
+  // Packs the weights into the layout MatMul reads on this CPU (view.packed, 64-byte aligned in
+  // packed_bytes, whose padding starts as `fill`); false where the type has none here.
+  bool Pack(ThreadPool& pool, uint8_t fill = 0) {
+    const size_t n = ops::PackedBytes(view.type, view.rows, view.cols);
+    if (n == 0) return false;
+    packed_bytes.assign(n + 64, fill);
+    auto* dst = reinterpret_cast<void*>(kernels::RoundUp(reinterpret_cast<uintptr_t>(packed_bytes.data()), 64));
+    ops::PackWeights(view, dst, pool);
+    view.packed = dst;
+    return true;
+  }
 };
 
 Weights MakeWeights(DType t, int64_t rows, int64_t cols, uint32_t seed) {
@@ -151,14 +163,7 @@ TEST_P(MatMulTypes, PackedLayoutMatchesReference) {
   if (is_float) shapes.push_back(Shape{963, 72});
   for (const Shape s : shapes) {
     Weights w = MakeWeights(t, s.rows, s.cols, 40 + s.rows);
-    const size_t bytes = ops::PackedBytes(t, s.rows, s.cols);
-    std::vector<uint8_t> packed(bytes + 64, 0xCD);  // garbage padding: the kernel must not need zeros
-    if (bytes > 0) {
-      auto* dst = reinterpret_cast<void*>(kernels::RoundUp(reinterpret_cast<uintptr_t>(packed.data()), 64));
-      ops::PackWeights(w.view, dst, pool);
-      w.view.packed = dst;
-      ++packed_shapes;
-    }
+    if (w.Pack(pool, 0xCD)) ++packed_shapes;  // garbage padding: the kernel must not need zeros
     // Every row-chunk width of the kernels (1..8; 9-12 in one pass for Q4_K), chunk tails (13), and
     // m past two chunks.
     for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 33}) {
@@ -192,10 +197,7 @@ TEST(MatMul, PackedRowAloneEqualsRowInBlockBitwise) {
     if (bytes == 0) continue;  // no packed layout for this type on this CPU
     ++checked;
     Weights w = MakeWeights(t, rows, cols, 77);
-    std::vector<uint8_t> packed(bytes + 64);
-    auto* dst = reinterpret_cast<void*>(kernels::RoundUp(reinterpret_cast<uintptr_t>(packed.data()), 64));
-    ops::PackWeights(w.view, dst, pool);
-    w.view.packed = dst;
+    w.Pack(pool);
     for (int64_t m : {2, 9, 16, 37}) {
       const auto x = kernels::RandomVector(m * cols, 900 + m);
       const auto check = [&](const std::string& target) {
@@ -228,10 +230,7 @@ TEST(MatMul, PackedQuantisedKernelsAgreeBitwiseAcrossTargets) {
     const size_t bytes = ops::PackedBytes(t, rows, cols);
     if (bytes == 0) continue;
     Weights w = MakeWeights(t, rows, cols, 5);
-    std::vector<uint8_t> packed(bytes + 64);
-    auto* dst = reinterpret_cast<void*>(kernels::RoundUp(reinterpret_cast<uintptr_t>(packed.data()), 64));
-    ops::PackWeights(w.view, dst, pool);
-    w.view.packed = dst;
+    w.Pack(pool);
     for (int64_t m : {1, 3, 9}) {
       const auto x = kernels::RandomVector(m * cols, 40 + m);
       std::vector<float> first;
@@ -296,13 +295,7 @@ TEST(MatMul, QuantisedSumsExactAtLargestOperands) {
       default: SetBlockScales<BlockQ6_K>(w.bytes, d); break;
     }
     w.view = {w.bytes.data(), t, rows, cols};
-    const size_t bytes = ops::PackedBytes(t, rows, cols);
-    std::vector<uint8_t> packed(bytes + 64);
-    if (bytes > 0) {
-      auto* dst = reinterpret_cast<void*>(kernels::RoundUp(reinterpret_cast<uintptr_t>(packed.data()), 64));
-      ops::PackWeights(w.view, dst, pool);
-      w.view.packed = dst;
-    }
+    w.Pack(pool);
     for (const float sign : {1.0f, -1.0f}) {
       for (int64_t m : {1, 3, 4, 9}) {
         const std::vector<float> x(m * cols, sign);
