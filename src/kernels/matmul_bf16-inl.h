@@ -220,7 +220,7 @@ inline void MatMulBf16Packed(const uint32_t* packed, int64_t rows, int64_t cols,
     rows_u32.resize(static_cast<size_t>(m * pairs));
     std::memcpy(rows_u32.data(), bits.data(), rows_u32.size() * sizeof(uint32_t));
     const uint32_t* xi = m == 1 ? rows_u32.data() : InterleaveRowChunks(rows_u32.data(), m, pairs, chunk, xi_buf);
-    ForPackedGroupBlocks(groups, m, chunk, pool, [&](int64_t gb, int64_t ge, int64_t j0, int mt, bool) {
+    ForPackedGroupBlocks(groups, m, chunk, pool, [&](int64_t gb, int64_t ge, int64_t j0, int mt) {
       WithRowChunk<kMaxM>(mt, [&](auto rows_tag) {
         Bf16PackedGroups<decltype(rows_tag)::value, true>(packed, rows, pairs, gb, ge, xi + j0 * pairs, j0, y);
       });
@@ -231,7 +231,7 @@ inline void MatMulBf16Packed(const uint32_t* packed, int64_t rows, int64_t cols,
   thread_local std::vector<float> rounded, xi_buf;
   RoundRowsToBf16Floats(x, m, cols, cols_pad, rounded);
   const float* xr = m == 1 ? rounded.data() : InterleaveRowChunks(rounded.data(), m, cols_pad, chunk, xi_buf);
-  ForPackedGroupBlocks(groups, m, chunk, pool, [&](int64_t gb, int64_t ge, int64_t j0, int mt, bool) {
+  ForPackedGroupBlocks(groups, m, chunk, pool, [&](int64_t gb, int64_t ge, int64_t j0, int mt) {
     WithRowChunk<kMaxM>(mt, [&](auto rows_tag) {
       Bf16PackedGroups<decltype(rows_tag)::value, false>(packed, rows, pairs, gb, ge, xr + j0 * cols_pad, j0, y);
     });

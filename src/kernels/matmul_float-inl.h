@@ -224,13 +224,16 @@ constexpr bool FloatPerGroupLoads(int kM) {
 // output is still one FMA chain over the columns in order, whatever kM and kG are; several groups
 // only give the FMA units independent chains to overlap when there are few activation rows (one row
 // of one group is a single chain bound by FMA latency: 42% of the bundled target's decode time).
-// Software prefetch: with next_block > 0, the same place next_block elements on (the next block of
-// groups, ForPackedGroupBlocks); else, for several rows, the same place in the next tile; for one
-// row, kFloatPrefetchCols columns ahead in this stream.
+// Software prefetch: kFloatPrefetchCols columns ahead in each group's stream, for any kM. Farther
+// prefetches for several rows (the same place in the next tile, or the whole next block of groups
+// from the first chunk of rows) put a tile or more of lines into L1 ahead of use: 12-32 KB per group
+// for the bundled target's 384- and 1024-column matrices, against a 32 KB L1 that also holds the
+// interleaved activations, so lines were evicted before they were read (Zen 3, AVX2, bundled F16
+// target, 3 x 6 alternating runs, verify k = 3 / 4 / 6 / 7: 1.77 / 1.69 / 1.99 / 3.62 -> 1.38 /
+// 1.52 / 1.75 / 2.93 ms; DRAM-streamed Qwen3-0.6B FFN matrices m = 4 / 8 0.81-0.97x the time).
 template <int kM, int kG, typename WT>
 HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const float* HWY_RESTRICT xi,
-                                  float* HWY_RESTRICT y, int64_t y_stride, int64_t live_last,
-                                  int64_t next_block) {
+                                  float* HWY_RESTRICT y, int64_t y_stride, int64_t live_last) {
   const hn::ScalableTag<float> df;
   constexpr int N = static_cast<int>(hn::MaxLanes(df));
   constexpr int kV = static_cast<int>(kFloatGroupRows) / N;
@@ -244,19 +247,8 @@ HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const 
     hn::Vec<decltype(df)> wv[kG][kV];
     for (int q = 0; q < kG; ++q) {
       const WT* wk = g + q * group_stride + k * kFloatGroupRows;
-      if (k % kFloatPrefetchEvery<WT> == 0) {
-        if (next_block > 0) {
-          __builtin_prefetch(wk + next_block);
-        } else if (kM > 1) {
-          // The same place in the next tile: the 128 columns ahead of one row's stream are too
-          // close when the FMAs of several rows take longer than the lines take to arrive (the
-          // bundled target's matrices of one block per thread, 2 threads, 5 alternating runs:
-          // verify k = 4 2.57 -> 2.33 ms, k = 6 3.05 -> 2.82, k = 9 4.68 -> 4.38).
-          __builtin_prefetch(wk + kG * group_stride);
-        } else {
-          __builtin_prefetch(StreamAhead(g, q, kG, group_stride, k, cols, kFloatPrefetchCols));
-        }
-      }
+      if (k % kFloatPrefetchEvery<WT> == 0)
+        __builtin_prefetch(StreamAhead(g, q, kG, group_stride, k, cols, kFloatPrefetchCols));
       for (int v = 0; v < kV; ++v) wv[q][v] = LoadWeights(df, wk + v * N);
       if constexpr (FloatPerGroupLoads<decltype(df)>(kM)) {
         // The same broadcasts for every group: hidden from the compiler's common-subexpression
@@ -298,12 +290,12 @@ HWY_INLINE void ForEachGroupTile(int64_t rows, int64_t gb, int64_t ge, const Til
 // Groups [gb, ge) for one chunk of mt == kM activation rows starting at row j0.
 template <int kM, typename WT>
 HWY_INLINE void FloatPackedGroups(const WT* packed, int64_t rows, int64_t cols, int64_t gb, int64_t ge,
-                                  const float* xj, int64_t j0, float* y, int64_t next_block) {
+                                  const float* xj, int64_t j0, float* y) {
   using DF = hn::ScalableTag<float>;
   constexpr int kG = FloatTileGroups<DF>(kM, FloatPerGroupLoads<DF>(kM));
   ForEachGroupTile<kM, kG>(rows, gb, ge, [&](auto groups_tag, int64_t grp, int64_t r0, int64_t live_last) {
     FloatPackedTile<kM, decltype(groups_tag)::value>(packed + grp * cols * kFloatGroupRows, cols, xj,
-                                                     y + j0 * rows + r0, rows, live_last, next_block);
+                                                     y + j0 * rows + r0, rows, live_last);
   });
 }
 
@@ -344,9 +336,7 @@ inline int64_t PackedRowChunk(int64_t m, int64_t max_m) {
 // [j0, j0 + mt) of a packed matrix. Threads take ranges of at least 4 groups, the widest tile (one
 // range each for few rows: kernels::MatMulGrain). Groups are visited in blocks of 12 (a multiple
 // of every tile width) and every chunk of rows runs over a block before the next: the block's
-// weights stay in L2 across the chunks of a long prefill. run's last argument says whether a whole
-// block follows in the thread's range (the float kernels prefetch it while the rows of several
-// activation rows compute).
+// weights stay in L2 across the chunks of a long prefill.
 inline constexpr int64_t kPackedBlockGroups = 12;
 template <class Run>
 void ForPackedGroupBlocks(int64_t groups, int64_t m, int64_t chunk, ThreadPool& pool, const Run& run) {
@@ -354,7 +344,7 @@ void ForPackedGroupBlocks(int64_t groups, int64_t m, int64_t chunk, ThreadPool& 
                                                                              int64_t range_end, int) {
     for (int64_t gb = range_begin; gb < range_end; gb += kPackedBlockGroups)
       for (int64_t j0 = 0, ge = std::min(range_end, gb + kPackedBlockGroups); j0 < m; j0 += chunk)
-        run(gb, ge, j0, static_cast<int>(std::min(chunk, m - j0)), ge + kPackedBlockGroups <= range_end);
+        run(gb, ge, j0, static_cast<int>(std::min(chunk, m - j0)));
   });
 }
 
@@ -367,18 +357,10 @@ void MatMulFloatPacked(const WT* packed, int64_t rows, int64_t cols, const float
   // One row is its own interleaving: decode copies nothing.
   thread_local std::vector<float> xi_buf;
   const float* xi = m == 1 ? x : InterleaveRowChunks(x, m, cols, chunk, xi_buf);
-  const int64_t next_block_elems = kPackedBlockGroups * cols * kFloatGroupRows;
-  ForPackedGroupBlocks(groups, m, chunk, pool, [&](int64_t gb, int64_t ge, int64_t j0, int mt, bool has_next) {
+  ForPackedGroupBlocks(groups, m, chunk, pool, [&](int64_t gb, int64_t ge, int64_t j0, int mt) {
     const float* xj = xi + j0 * cols;
-    // With several activation rows the FMAs take longer than the weights take to arrive from L2,
-    // and the stream and the multiply-adds came one after the other (a 9-row chunk pair of the
-    // bundled target's gate/up, from L3, cost its 1-row stream plus its hot compute). The first
-    // chunk of rows over a block prefetches the whole next block instead, so it is on its way
-    // while this block's chunks compute (the later chunks, reading this block from L2, prefetch
-    // its next tile into L1). Same sums.
-    const int64_t next_block = j0 == 0 && has_next && m > 1 ? next_block_elems : 0;
     WithRowChunk<kMaxM>(mt, [&](auto rows_tag) {
-      FloatPackedGroups<decltype(rows_tag)::value>(packed, rows, cols, gb, ge, xj, j0, y, next_block);
+      FloatPackedGroups<decltype(rows_tag)::value>(packed, rows, cols, gb, ge, xj, j0, y);
     });
   });
 }
