@@ -213,7 +213,7 @@ void RegisterAll() {
     for (const Shape& s : shapes) add(t, s, Residency::kDram, {1, 2, 4, 8, 16, 512});
     for (const Shape& s : hot_shapes) {
       add(t, s, Residency::kL2, {1, 2, 3, 4, 8, 16});
-      add(t, s, Residency::kL3, {1, 3, 5, 9});
+      add(t, s, Residency::kL3, {1, 3, 5, 6, 9});
     }
   }
 }

@@ -136,12 +136,15 @@ constexpr int64_t MaxChunkRows() {
 }
 
 // Rows per chunk for m activation rows: all of them up to max_rows (a verification block in one
-// pass), else near-equal chunks of at most kPackedRowChunk (prefill: with 12-row chunks a Q4_K
-// prefill of 512 rows was 1-3% slower, the outputs' memory traffic outweighing the unpacking saved;
-// and a lone last row would run the one-row kernel, built for streaming, over weights in L1).
+// pass); up to twice that, two near-equal chunks (a 9-row block as 5 + 4 where 5 fit, not 3 x 3:
+// each chunk unpacks the weights again); else near-equal chunks of at most kPackedRowChunk
+// (prefill: with 12-row chunks a Q4_K prefill of 512 rows was 1-3% slower, the outputs' memory
+// traffic outweighing the unpacking saved; and a lone last row would run the one-row kernel,
+// built for streaming, over weights in L1).
 inline int64_t PackedChunkRows(int64_t m, int64_t max_rows) {
   if (m <= max_rows) return std::max<int64_t>(m, 1);
-  const int64_t chunks = (m + kPackedRowChunk - 1) / kPackedRowChunk;
+  const int64_t per = m <= 2 * max_rows ? max_rows : kPackedRowChunk;
+  const int64_t chunks = (m + per - 1) / per;
   return (m + chunks - 1) / chunks;
 }
 // Multiply-accumulates below which a MatMul is not split over threads (see MatMulPackedRun).

@@ -79,8 +79,12 @@ struct PackedQ45_K {
   static constexpr bool kInterleavedActs = true;  // reads ActRows::A
   // Rows per pass: past kPackedRowChunk the float outputs stay in memory (KernelOutputs: one load
   // and store per super-block and row, against ~80 instructions of sub-block work), so with
-  // AVX-512 a 9-row verification block (n-max 8) unpacks each weight tile once.
-  static constexpr int64_t kMaxChunkRows = DSPARK_HAVE_VNNI ? 12 : kPackedRowChunk;
+  // AVX-512 a 9-row verification block (n-max 8) unpacks each weight tile once. Q4_K without VNNI
+  // (KernelHalves: per row one int16 and one float accumulator, then 6 shared registers) fits 5 rows
+  // in the 16 ymm: a 5-row block is one pass instead of 3 + 2, a 9-row one 5 + 4 instead of 3 x 3
+  // (kernels_bench MatMulPackedL3/q4_K m = 5 / 9, 3 x 6 alternating runs: 0.68-0.82x / 0.83-0.92x
+  // the time; 6 rows, with spills, were no faster than 3 + 3).
+  static constexpr int64_t kMaxChunkRows = DSPARK_HAVE_VNNI ? 12 : (!kHighBit ? 5 : kPackedRowChunk);
   // 4 super-blocks of 16 rows = 9.25 KiB (Q5_K 11.25).
   static constexpr int64_t kTileUnits = 4;
   static_assert(kUnitBytes % 64 == 0);
@@ -307,7 +311,7 @@ struct PackedQ6_K {
   static constexpr int kSub = 16;
   static constexpr bool kKQuant = true;
   static constexpr bool kInterleavedActs = true;  // reads ActRows::A
-  static constexpr int64_t kMaxChunkRows = PackedQ4_K::kMaxChunkRows;  // and f past kPackedRowChunk in memory
+  static constexpr int64_t kMaxChunkRows = DSPARK_HAVE_VNNI ? 12 : kPackedRowChunk;  // and f past kPackedRowChunk in memory
   // 3 super-blocks of 16 rows = 9.75 KiB.
   static constexpr int64_t kTileUnits = 3;
   static_assert(kUnitBytes % 64 == 0);
