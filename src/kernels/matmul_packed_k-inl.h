@@ -175,9 +175,10 @@ struct PackedQ45_K {
     }
   }
 
-  // Whether a sub-block's 8 Dots of one row add up exactly as one short sum (ShortDots): Q4_K's
-  // q <= 15 do (KernelHalves on AVX2), Q5_K's q <= 31 do not (4 at most).
-  static constexpr bool kShort = ShortDots(kHighBit ? 31 : 15) >= 8;
+  // Quads (2 Dots each: low and high nibbles) per short sum (ShortDots) in KernelHalves: a Q4_K
+  // sub-block's 8 Dots (q <= 15) are one short sum, Q5_K's (q <= 31: 4 Dots at most) two.
+  static constexpr int kQuadsPerShort = kHighBit ? 2 : 4;
+  static_assert(ShortDots(kHighBit ? 31 : 15) >= 2 * kQuadsPerShort);
 
   // f += da * (d * Σ_s sc_s * cvt(Σ q·a) - dmin * cvt(Σ_s m_s * Σ a)) per super-block and
   // activation row (see the top of the file). kM <= 2 splits each sub-block's 8 vpdpbusd over two
@@ -186,8 +187,8 @@ struct PackedQ45_K {
   DSPARK_PACKED_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t u0,
                                         int64_t u1, const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
 #if !DSPARK_HAVE_VNNI
-    if constexpr (kShort) return KernelHalves<kM, kVex>(group, g, u0, u1, pa, j0, f_io);
-#endif
+    return KernelHalves<kM, kVex>(group, g, u0, u1, pa, j0, f_io);
+#else
     constexpr bool kSplit = DSPARK_HAVE_VNNI && kM <= 2;  // AVX2: no registers for lo[4], hi[4]
     const ActRows<kM> rows(pa, j0);
     const auto& da = rows.da;
@@ -238,21 +239,22 @@ struct PackedQ45_K {
       for (int j = 0; j < kM; ++j) f.Add(j, FnmaPF(ToPF(mins[j]), dmin, MulPF(gs[j], d)), da[j][8 * u]);
     }
     f.Store();
+#endif
   }
 
 #if !DSPARK_HAVE_VNNI
-  // Q4_K's Kernel on AVX2: each super-block runs as two halves of 8 weight rows (ymm), each over
-  // its 8 sub-blocks, instead of 16 rows in ymm pairs. Kernel's accumulators for 4 activation rows
+  // Kernel without VNNI: each super-block runs as two halves of 8 weight rows (ymm), each over its
+  // 8 sub-blocks, instead of 16 rows in ymm pairs. Kernel's accumulators for 4 activation rows
   // (2 ymm per row each for the int sums, the float sums and the outputs) did not fit 16 ymm:
   // GCC kept half the int sums on the stack, and each quad's adds went through a store and a
   // reload, a chain of store-forwarding latency per quad. A half needs 1 ymm per row for each,
   // the operands of one quad and the broadcast; it re-reads the super-block (from L1) and
-  // broadcasts the activations once per half. Every lane's integer sums and float steps are
-  // Kernel's, in the same order: the same outputs bitwise.
+  // broadcasts the activations once per half. The Dots add up in short sums (kQuadsPerShort
+  // quads each, widened to int32 once). Every lane's integer sums are exact and its float steps
+  // are Kernel's, in the same order: the same outputs bitwise.
   template <int kM, bool kVex>
   static void KernelHalves(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t u0, int64_t u1,
                            const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
-    static_assert(kShort);
     const ActRows<kM> rows(pa, j0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     KernelOutputs<kM> f(f_io);
@@ -270,19 +272,35 @@ struct PackedQ45_K {
           const HalfF sc = HalfU8ToF(sb + 64 + 16 * s, h);
           const uint8_t* sub = sb + kScaleBytes + s * kSubBytes;
           const int64_t aw = 64 * u + 8 * s;  // first activation dword of the sub-block
-          HalfI acc[kM];
-          for (int j = 0; j < kM; ++j) acc[j] = _mm256_setzero_si256();
+          HalfI plane;
+          if constexpr (kHighBit) plane = LoadHalf(sub + kNibbleBytes, h);
+          // acc: the short sum being built; sum: the int32 sum of the sub-block's earlier ones (Q5_K).
+          HalfI acc[kM], sum[kM];
+          for (int j = 0; j < kM; ++j) acc[j] = sum[j] = _mm256_setzero_si256();
           for (int quad = 0; quad < 4; ++quad) {
+            if (quad > 0 && quad % kQuadsPerShort == 0) {
+              for (int j = 0; j < kM; ++j) {
+                sum[j] = _mm256_add_epi32(sum[j], HalfFinishShort<kVex>(acc[j]));
+                acc[j] = _mm256_setzero_si256();
+              }
+            }
             const HalfI v = LoadHalf(sub + 64 * quad, h);
-            const HalfI lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            HalfI lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if constexpr (kHighBit) {
+              lo = _mm256_or_si256(lo, BitTo4(plane, quad));
+              hi = _mm256_or_si256(hi, BitTo4(plane, 4 + quad));
+            }
             for (int j = 0; j < kM; ++j) HalfDotShort<kVex>(acc[j], lo, *rows.A(aw + quad, j));
             for (int j = 0; j < kM; ++j) HalfDotShort<kVex>(acc[j], hi, *rows.A(aw + 4 + quad, j));
             // Each quad's sums in registers before the next quad: the adds are associative, and
             // GCC otherwise computed all 32 products of the unrolled sub-block first, spilling them.
             for (int j = 0; j < kM; ++j) asm("" : "+x"(acc[j]));
           }
-          for (int j = 0; j < kM; ++j)
-            gs[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(HalfFinishShort<kVex>(acc[j])), sc, gs[j]);
+          for (int j = 0; j < kM; ++j) {
+            HalfI total = HalfFinishShort<kVex>(acc[j]);
+            if constexpr (kQuadsPerShort < 4) total = _mm256_add_epi32(sum[j], total);
+            gs[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), sc, gs[j]);
+          }
         }
         for (int j = 0; j < kM; ++j) _mm256_store_ps(gsum[j] + 8 * h, gs[j]);
       }

@@ -155,15 +155,13 @@ HWY_INLINE PackedI HighNibbles(PackedI v) {
 }
 // A 16-bit shift moves bit `bit` of both bytes of a lane to bit 4 of the same byte; what crosses
 // into the other byte lands below bit 4 (left shifts) or above it (right shifts) and is masked off.
-HWY_INLINE PackedI BitTo4(PackedI v, int bit) {
+HWY_INLINE __m256i BitTo4(__m256i v, int bit) {
   const __m256i b4 = _mm256_set1_epi8(0x10);
-  if (bit <= 4) {
-    const __m128i n = _mm_cvtsi32_si128(4 - bit);
-    return {_mm256_and_si256(_mm256_sll_epi16(v.lo, n), b4), _mm256_and_si256(_mm256_sll_epi16(v.hi, n), b4)};
-  }
-  const __m128i n = _mm_cvtsi32_si128(bit - 4);
-  return {_mm256_and_si256(_mm256_srl_epi16(v.lo, n), b4), _mm256_and_si256(_mm256_srl_epi16(v.hi, n), b4)};
+  return _mm256_and_si256(bit <= 4 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(4 - bit))
+                                   : _mm256_srl_epi16(v, _mm_cvtsi32_si128(bit - 4)),
+                          b4);
 }
+HWY_INLINE PackedI BitTo4(PackedI v, int bit) { return {BitTo4(v.lo, bit), BitTo4(v.hi, bit)}; }
 template <int kPlane>
 HWY_INLINE PackedI TopBitsTo(PackedI v) {
   // Bits 6-7 to bits 2 * plane, 2 * plane + 1: a right shift by 6 - 2 * plane (masked as above).
