@@ -182,14 +182,15 @@ struct PackedQ45_K {
 
   // f += da * (d * Σ_s sc_s * cvt(Σ q·a) - dmin * cvt(Σ_s m_s * Σ a)) per super-block and
   // activation row (see the top of the file). kM <= 2 splits each sub-block's 8 vpdpbusd over two
-  // chains (low and high nibbles): one chain is 8 dependent instructions.
+  // chains (low and high nibbles): one chain is 8 dependent instructions. Without VNNI it is
+  // KernelHalves.
   template <int kM, bool kVex>
   DSPARK_PACKED_ATTR static void Kernel(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t u0,
                                         int64_t u1, const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
 #if !DSPARK_HAVE_VNNI
     return KernelHalves<kM, kVex>(group, g, u0, u1, pa, j0, f_io);
 #else
-    constexpr bool kSplit = DSPARK_HAVE_VNNI && kM <= 2;  // AVX2: no registers for lo[4], hi[4]
+    constexpr bool kSplit = kM <= 2;
     const ActRows<kM> rows(pa, j0);
     const auto& da = rows.da;
     const auto& qpair = rows.corr;
