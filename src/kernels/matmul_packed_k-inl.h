@@ -160,9 +160,11 @@ struct PackedQ45_K {
     }
   }
 
+#if DSPARK_HAVE_VNNI
   // The unsigned operands of one quad of sub-block `sub`: the low and high nibbles, and for Q5_K
   // their fifth bits from the sub-block's plane (bits quad and 4 + quad of each byte to bit 4).
   // (Byte masks, kmov and a masked vpaddb, ran Q5_0's packed prefill at 1.8x Q4_0's on Zen 5.)
+  // Without VNNI, HalfOperands on 8 rows.
   DSPARK_PACKED_ATTR static HWY_INLINE void Operands(const uint8_t* HWY_RESTRICT sub, int quad, PackedI& lo,
                                                      PackedI& hi) {
     const PackedI v = LoadPI(sub + 64 * quad);
@@ -174,6 +176,19 @@ struct PackedQ45_K {
       hi = Or(hi, BitTo4(plane, 4 + quad));
     }
   }
+#else
+  // Operands on half h of the sub-block's 16 rows; `plane`: that half of its fifth-bit plane (Q5_K).
+  static HWY_INLINE void HalfOperands(const uint8_t* HWY_RESTRICT sub, int quad, int h, HalfI plane, HalfI& lo,
+                                      HalfI& hi) {
+    const HalfI v = LoadHalf(sub + 64 * quad, h);
+    lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+    hi = HighNibbles(v);
+    if constexpr (kHighBit) {
+      lo = _mm256_or_si256(lo, BitTo4(plane, quad));
+      hi = _mm256_or_si256(hi, BitTo4(plane, 4 + quad));
+    }
+  }
+#endif
 
   // Quads (2 Dots each: low and high nibbles) per short sum (ShortDots) in KernelHalves: a Q4_K
   // sub-block's 8 Dots (q <= 15) are one short sum, Q5_K's (q <= 31: 4 Dots at most) two.
@@ -257,7 +272,6 @@ struct PackedQ45_K {
   static void KernelHalves(const uint8_t* HWY_RESTRICT group, const PackedLayout& g, int64_t u0, int64_t u1,
                            const PackedActs& pa, int64_t j0, float* HWY_RESTRICT f_io) {
     const ActRows<kM> rows(pa, j0);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     KernelOutputs<kM> f(f_io);
     for (int64_t u = u0; u < u1; ++u) {
       const uint8_t* sb = group + g.header_bytes + u * kUnitBytes;
@@ -273,8 +287,7 @@ struct PackedQ45_K {
           const HalfF sc = HalfU8ToF(sb + 64 + 16 * s, h);
           const uint8_t* sub = sb + kScaleBytes + s * kSubBytes;
           const int64_t aw = 64 * u + 8 * s;  // first activation dword of the sub-block
-          HalfI plane;
-          if constexpr (kHighBit) plane = LoadHalf(sub + kNibbleBytes, h);
+          const HalfI plane = kHighBit ? LoadHalf(sub + kNibbleBytes, h) : _mm256_setzero_si256();
           // acc: the short sum being built; sum: the int32 sum of the sub-block's earlier ones (Q5_K).
           HalfI acc[kM], sum[kM];
           for (int j = 0; j < kM; ++j) acc[j] = sum[j] = _mm256_setzero_si256();
@@ -285,12 +298,8 @@ struct PackedQ45_K {
                 acc[j] = _mm256_setzero_si256();
               }
             }
-            const HalfI v = LoadHalf(sub + 64 * quad, h);
-            HalfI lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if constexpr (kHighBit) {
-              lo = _mm256_or_si256(lo, BitTo4(plane, quad));
-              hi = _mm256_or_si256(hi, BitTo4(plane, 4 + quad));
-            }
+            HalfI lo, hi;
+            HalfOperands(sub, quad, h, plane, lo, hi);
             for (int j = 0; j < kM; ++j) HalfDotShort<kVex>(acc[j], lo, *rows.A(aw + quad, j));
             for (int j = 0; j < kM; ++j) HalfDotShort<kVex>(acc[j], hi, *rows.A(aw + 4 + quad, j));
             // Each quad's sums in registers before the next quad: the adds are associative, and

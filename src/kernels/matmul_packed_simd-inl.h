@@ -149,10 +149,8 @@ HWY_INLINE PackedI Or(PackedI a, PackedI b) { return {_mm256_or_si256(a.lo, b.lo
 HWY_INLINE PackedI Or3(PackedI a, PackedI b, PackedI c) { return Or(Or(a, b), c); }
 HWY_INLINE PackedI Xor(PackedI a, PackedI b) { return {_mm256_xor_si256(a.lo, b.lo), _mm256_xor_si256(a.hi, b.hi)}; }
 HWY_INLINE PackedI AddPI(PackedI a, PackedI b) { return {_mm256_add_epi32(a.lo, b.lo), _mm256_add_epi32(a.hi, b.hi)}; }
-HWY_INLINE PackedI HighNibbles(PackedI v) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  return {_mm256_and_si256(_mm256_srli_epi16(v.lo, 4), m4), _mm256_and_si256(_mm256_srli_epi16(v.hi, 4), m4)};
-}
+HWY_INLINE __m256i HighNibbles(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
+HWY_INLINE PackedI HighNibbles(PackedI v) { return {HighNibbles(v.lo), HighNibbles(v.hi)}; }
 // A 16-bit shift moves bit `bit` of both bytes of a lane to bit 4 of the same byte; what crosses
 // into the other byte lands below bit 4 (left shifts) or above it (right shifts) and is masked off.
 HWY_INLINE __m256i BitTo4(__m256i v, int bit) {
