@@ -13,6 +13,7 @@
 #include "util/log.h"
 #include "spec/drafters/factory.h"
 #include "spec/engine.h"
+#include "spec/testing/broken_verifiers.h"
 
 namespace dspark::cli {
 
@@ -32,6 +33,7 @@ struct GenerateFlags {
   float top_p = 1.0f;
   float min_p = 0.0f;
   uint64_t seed = 0;
+  std::string sampler_order = "temp-first";
   int threads = 0;
   int ctx_size = 0;
   DType cache_type = DType::kF16;
@@ -46,6 +48,9 @@ struct GenerateFlags {
   std::string schedule_mode;  // --spec-schedule: cut | cost; empty = cost with a confidence head
   bool compare = false;
   bool verbose = false;
+  // --debug-verifier: a deliberately broken verification rule (spec/testing/broken_verifiers.h),
+  // so that a test can show --compare catching outputs that differ.
+  std::string debug_verifier;
 };
 
 void PrintStats(const char* label, const GenerateResult& r) {
@@ -127,6 +132,7 @@ int RunGenerate(GenerateFlags f) {
   GenerateOptions opt;
   opt.max_new_tokens = f.n_predict;
   opt.sampling = {f.temp, f.top_k, f.top_p, f.min_p, f.seed};
+  opt.sampling.order = *ParseSamplerOrder(f.sampler_order);  // checked by the flag
   opt.stop = f.stop;
   opt.parse_special = f.parse_special;
   opt.ignore_eos = f.ignore_eos;
@@ -155,7 +161,16 @@ int RunGenerate(GenerateFlags f) {
     f.schedule.mode = ScheduleMode::kCost;
     f.schedule.adaptive = true;  // the engine profiles the verify cost model for adaptive schedules
   }
-  SpeculativeEngine engine(model, tok, pool, n_ctx, drafter->get(), f.schedule, f.cache_type);
+  BatchEngineOptions eo;
+  eo.n_ctx = n_ctx;
+  eo.kv_type = f.cache_type;
+  eo.schedule = f.schedule;
+  if (!f.debug_verifier.empty()) {
+    const auto bug = testing::ParseVerifierBug(f.debug_verifier);
+    if (!bug) return Fail(InvalidArgument("generate: --debug-verifier: unknown rule '{}'", f.debug_verifier));
+    eo.verify = testing::BrokenVerifier(*bug);
+  }
+  SpeculativeEngine engine(model, tok, pool, eo, drafter->get());
 
   // The text streams as it is generated, except with --compare: the plain run is not streamed, and
   // writing and flushing each token (30-40 us a token to a pipe) would count against speculation
@@ -176,6 +191,9 @@ int RunGenerate(GenerateFlags f) {
     std::fflush(stdout);
   }
   const bool identical = plain_result && plain_result->ids == result->ids;
+  // Greedy speculative output must equal plain decoding token for token; a difference is a bug and
+  // fails the command. Sampled outputs differ legitimately (they are equal in distribution only).
+  const bool differ = f.compare && plain_result && !identical && opt.sampling.greedy();
   const double speedup = plain_result && plain_result->stats.tokens_per_second() > 0
                              ? result->stats.tokens_per_second() / plain_result->stats.tokens_per_second()
                              : 0.0;
@@ -192,7 +210,7 @@ int RunGenerate(GenerateFlags f) {
       j["identical"] = identical;
     }
     std::printf("%s\n", j.dump().c_str());
-    return 0;
+    return differ ? 1 : 0;
   }
   std::printf("\n");
   if (f.compare && plain_result) PrintStats("plain", *plain_result);
@@ -200,7 +218,8 @@ int RunGenerate(GenerateFlags f) {
   if (f.compare && plain_result)
     std::fprintf(stderr, "dspark: speed-up %.2fx (%.1f vs %.1f tok/s), outputs %s\n", speedup,
                  result->stats.tokens_per_second(), plain_result->stats.tokens_per_second(),
-                 identical ? "identical" : (f.temp > 0 ? "differ (sampling: equal in distribution only)" : "DIFFER"));
+                 identical ? "identical" : (differ ? "DIFFER" : "differ (sampling: equal in distribution only)"));
+  if (differ) return Fail(Internal("generate --compare: greedy speculative output differs from plain decoding"));
   return 0;
 }
 }  // namespace
@@ -226,6 +245,12 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("--top-p", f->top_p, "Top-p (1 = off)")->capture_default_str();
   sub->add_option("--min-p", f->min_p, "Min-p (0 = off)")->capture_default_str();
   sub->add_option("-s,--seed", f->seed, "Sampling seed")->capture_default_str();
+  sub->add_option("--sampler-order", f->sampler_order,
+                  "temp-first: temperature, then top-k / top-p / min-p on the tempered distribution (vLLM, "
+                  "OpenAI-style servers); temp-last: the filters on the untempered distribution, then temperature "
+                  "(llama.cpp's chain)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"temp-first", "temp-last"}));
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
   AddDrafterFlags(sub, &f->drafter, "none | draft-simple | draft-dspark | draft-dflash | ngram | synthetic", /*synthetic=*/true);
   sub->add_option("-c,--ctx-size", f->ctx_size, "Context size (default: min(train context, 4096))");
@@ -244,7 +269,11 @@ Runner RegisterGenerate(CLI::App& app) {
       ->check(CLI::IsMember({"cut", "cost"}));
   sub->add_flag("--spec-adaptive", f->schedule.adaptive, "Choose each draft's length from measured acceptance and cost (a draft model ends each draft where its calibrated survival stops paying for verification)");
   sub->add_flag("-v,--verbose", f->verbose, "Debug log on stderr: one line per engine step (rows, drafts, pass and draft time)");
-  sub->add_flag("--compare", f->compare, "Also run plain decoding and report the speed-up and whether outputs match");
+  sub->add_flag("--compare", f->compare,
+                "Also run plain decoding and report the speed-up and whether outputs match (greedy: exit status 1 "
+                "if they differ)");
+  // Hidden: checks the checker (tests/cli).
+  sub->add_option("--debug-verifier", f->debug_verifier, "Verify with a deliberately broken rule")->group("");
   return [f, prompt, file] {
     if (prompt->count() == 0 && file->count() == 0)
       return Fail(InvalidArgument("generate: give a prompt with -p TEXT or -f FILE"));

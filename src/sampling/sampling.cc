@@ -17,6 +17,16 @@ Status ValidateSamplingParams(const SamplingParams& p) {
   return Status::Ok();
 }
 
+std::string_view SamplerOrderName(SamplerOrder order) {
+  return order == SamplerOrder::kTemperatureLast ? "temp-last" : "temp-first";
+}
+
+Result<SamplerOrder> ParseSamplerOrder(std::string_view name) {
+  if (name == "temp-first") return SamplerOrder::kTemperatureFirst;
+  if (name == "temp-last") return SamplerOrder::kTemperatureLast;
+  return InvalidArgument("sampler order must be temp-first or temp-last, got '{}'", name);
+}
+
 namespace {
 uint64_t SplitMix64(uint64_t& x) {
   uint64_t z = (x += 0x9e3779b97f4a7c15ull);
@@ -54,7 +64,9 @@ void ComputeProbs(const float* logits, int n_vocab, const SamplingParams& params
     p[Argmax(logits, n_vocab)] = 1.0f;
     return;
   }
-  const float inv_t = 1.0f / params.temperature;
+  // The filters read the distribution at the temperature the order puts before them.
+  const bool temp_last = params.order == SamplerOrder::kTemperatureLast;
+  const float inv_t = temp_last ? 1.0f : 1.0f / params.temperature;
   float max_logit = -INFINITY;
   for (int i = 0; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]);
   double sum = 0;
@@ -103,6 +115,11 @@ void ComputeProbs(const float* logits, int n_vocab, const SamplingParams& params
     const float cut = params.min_p * top;
     for (float& v : p)
       if (v < cut) v = 0.0f;
+  }
+  if (temp_last && params.temperature != 1.0f) {
+    const float inv_temp = 1.0f / params.temperature;
+    for (int i = 0; i < n_vocab; ++i)
+      if (p[i] > 0.0f) p[i] = std::exp((logits[i] - max_logit) * inv_temp);
   }
   double total = 0;
   for (float v : p) total += v;

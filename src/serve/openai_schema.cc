@@ -243,7 +243,7 @@ std::optional<ApiError> ParseRequest(std::string_view body_text, Endpoint endpoi
   double temperature = out->sampling.temperature;
   if (auto e = ReadNumber(body, "temperature", &temperature)) return e;
   if (temperature < 0) return OutOfRangeError("temperature", fmt::format("must be >= 0, got {}", temperature));
-  out->sampling.temperature = static_cast<float>(temperature);
+  out->sampling.temperature = 0.0f * static_cast<float>(temperature);
 
   double top_p = 1.0;
   if (auto e = ReadNumber(body, "top_p", &top_p)) return e;
@@ -263,6 +263,14 @@ std::optional<ApiError> ParseRequest(std::string_view body_text, Endpoint endpoi
   int64_t seed = 0;
   if (auto e = ReadInt(body, "seed", &seed)) return e;
   out->sampling.seed = static_cast<uint64_t>(seed);
+
+  // dspark's extension: where temperature sits in the sampler chain (sampling/sampling.h).
+  if (auto it = body.find("sampler_order"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return WrongType("sampler_order", "a string", *it);
+    auto order = ParseSamplerOrder(it->get<std::string>());
+    if (!order.ok()) return OutOfRangeError("sampler_order", "must be \"temp-first\" or \"temp-last\"");
+    out->sampling.order = *order;
+  }
 
   if (auto e = ReadStop(body, &out->stop)) return e;
   if (auto e = ReadBool(body, "stream", &out->stream)) return e;

@@ -477,7 +477,7 @@ Result<bool> BatchEngine::Step() {
     ++st.num_target_calls;
     const int n_past = cache_.Length(s->slot) - s->n_rows;
     const auto ts0 = Clock::now();
-    const VerifyResult vr = Verify(s->draft, s->k, out.Logits(logit_index[s->row0], n_vocab), n_vocab,
+    const VerifyResult vr = options_.verify(s->draft, s->k, out.Logits(logit_index[s->row0], n_vocab), n_vocab,
                                    s->options.sampling, s->rng);
     st.sample_ms += MsSince(ts0);
     // The survival the schedule predicted for this draft: a confidence head's own, else the

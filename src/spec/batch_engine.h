@@ -21,6 +21,7 @@
 #include "spec/scheduler.h"
 #include "spec/stats.h"
 #include "spec/stop_strings.h"
+#include "spec/verifier.h"
 #include "tokenizer/tokenizer.h"
 #include "util/thread_pool.h"
 
@@ -58,6 +59,7 @@ struct BatchEngineOptions {
   int prefill_chunk = 512;    // most prompt rows per step
   DType kv_type = DType::kF16;  // KV cache elements: F16 (half the attention traffic), F32 or Q8_0
   ScheduleOptions schedule;
+  VerifyFn verify = &Verify;  // the verification rule (tests swap in broken ones)
 };
 
 class BatchEngine {

@@ -3,6 +3,10 @@
 namespace dspark {
 
 namespace {
+BatchEngineOptions SingleSlot(BatchEngineOptions o) {
+  o.n_parallel = 1;
+  return o;
+}
 BatchEngineOptions SingleSlot(int n_ctx, ScheduleOptions schedule, int prefill_chunk, DType kv_type) {
   BatchEngineOptions o;
   o.kv_type = kv_type;
@@ -18,6 +22,10 @@ SpeculativeEngine::SpeculativeEngine(Model& target, const Tokenizer& tokenizer, 
                                      Drafter* drafter, ScheduleOptions schedule, DType kv_type, int prefill_chunk)
     : tokenizer_(tokenizer),
       engine_(target, tokenizer, pool, SingleSlot(n_ctx, schedule, prefill_chunk, kv_type), drafter) {}
+
+SpeculativeEngine::SpeculativeEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& pool,
+                                     BatchEngineOptions options, Drafter* drafter)
+    : tokenizer_(tokenizer), engine_(target, tokenizer, pool, SingleSlot(std::move(options)), drafter) {}
 
 Result<GenerateResult> SpeculativeEngine::Generate(std::string_view prompt, const GenerateOptions& options,
                                                    const TokenCallback& on_token) {

@@ -17,6 +17,9 @@ class SpeculativeEngine {
   SpeculativeEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& pool, int n_ctx,
                     Drafter* drafter = nullptr, ScheduleOptions schedule = {}, DType kv_type = DType::kF16,
                     int prefill_chunk = 512);
+  // The same over explicit options; n_parallel is forced to 1.
+  SpeculativeEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& pool, BatchEngineOptions options,
+                    Drafter* drafter = nullptr);
 
   Result<GenerateResult> Generate(std::string_view prompt, const GenerateOptions& options,
                                   const TokenCallback& on_token = nullptr);

@@ -19,6 +19,7 @@ void SpecStats::RecordStep(int drafted, int accepted, const std::vector<float>& 
   ++num_drafts;
   num_draft_tokens += drafted;
   num_accepted_tokens += accepted;
+  if (accepted == drafted) ++num_whole_drafts;
   GrowTo(accepted_per_pos, drafted);
   GrowTo(drafted_per_pos, drafted);
   const int predicted = std::min(drafted, static_cast<int>(survival.size()));
@@ -42,6 +43,7 @@ void SpecStats::Merge(const SpecStats& o) {
   num_drafts += o.num_drafts;
   num_draft_tokens += o.num_draft_tokens;
   num_accepted_tokens += o.num_accepted_tokens;
+  num_whole_drafts += o.num_whole_drafts;
   GrowTo(accepted_per_pos, o.accepted_per_pos.size());
   GrowTo(drafted_per_pos, o.drafted_per_pos.size());
   GrowTo(predicted_survival_sum, o.predicted_survival_sum.size());

@@ -18,6 +18,7 @@ struct SpecStats {
   int64_t num_drafts = 0;           // steps with a non-empty draft
   int64_t num_draft_tokens = 0;
   int64_t num_accepted_tokens = 0;
+  int64_t num_whole_drafts = 0;     // drafts accepted whole (the target's bonus token followed)
   std::vector<int64_t> accepted_per_pos;  // [i]: drafts whose token i was accepted
   std::vector<int64_t> drafted_per_pos;   // [i]: drafts that had a token i
   // Calibration, over the drafts whose slot i carried a predicted survival (a confidence head's, or

@@ -28,4 +28,10 @@ VerifyResult Verify(const Draft& draft, int k, const float* logits, int n_vocab,
 // q == nullptr means a deterministic draft (q one-hot on x).
 int32_t AcceptOrResample(const std::vector<float>& p, const std::vector<float>* q, int32_t x, Rng& rng);
 
+// The verification rule an engine applies (BatchEngineOptions::verify). Production code always
+// runs Verify; tests substitute deliberately broken rules (spec/testing/broken_verifiers.h) to
+// prove that the distribution checks reject them.
+using VerifyFn = VerifyResult (*)(const Draft& draft, int k, const float* logits, int n_vocab,
+                                  const SamplingParams& params, Rng& rng);
+
 }  // namespace dspark

@@ -107,6 +107,27 @@ TEST_F(Cli, CompareReportsTheSpeedupAndPrintsTheTextOnce) {
   EXPECT_EQ(r.out, plain.out) << "--compare prints the speculative text once, as plain decoding streams it";
 }
 
+TEST_F(Cli, CompareFailsWhenGreedyOutputsDiffer) {
+  // A synthetic drafter that gets every other token wrong, verified by a rule that accepts every
+  // draft token unchecked: the speculative text differs from plain decoding, and --compare must
+  // say so and fail, in text and in JSON.
+  const std::string args = "generate -m " + Model() +
+                           " -p 'def add(a, b):\\n' -n 24 --spec-type synthetic --spec-synthetic-accept 0.5 "
+                           "--spec-draft-n-max 4 --compare --debug-verifier accept-all";
+  const CliRun text = Dspark(args);
+  EXPECT_NE(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.err.find("outputs DIFFER"), std::string::npos) << text.err;
+  const CliRun json = Dspark(args + " --json");
+  EXPECT_NE(json.exit_code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"identical\":false"), std::string::npos) << json.out;
+  // The same drafter under the correct rule: identical, exit status 0.
+  const CliRun good = Dspark("generate -m " + Model() +
+                             " -p 'def add(a, b):\\n' -n 24 --spec-type synthetic --spec-synthetic-accept 0.5 "
+                             "--spec-draft-n-max 4 --compare");
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_NE(good.err.find("outputs identical"), std::string::npos) << good.err;
+}
+
 TEST_F(Cli, ChatRendersTheTemplateAroundThePromptAndTheSystemMessage) {
   const fs::path tmpl = Write("chat.jinja",
                               "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"

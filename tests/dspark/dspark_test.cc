@@ -371,23 +371,28 @@ TEST(DSparkSampling, SampledChainMatchesPlainSamplingInDistribution) {
   const std::string tpath = Tmp("chi_target");
   ASSERT_TRUE(testing::WriteTinyTarget(ts, tpath).ok());
   Loaded target = LoadTarget(tpath);
-  testing::DflashSpec ds;
-  ds.mask_token_id = 15;
-  ds.markov_rank = 4;
-  const std::string dpath = Tmp("chi_draft");
-  ASSERT_TRUE(testing::WriteDflash(ds, *target.file, dpath).ok());
+  testing::DflashSpec dspark_spec;
+  dspark_spec.mask_token_id = 15;
+  dspark_spec.markov_rank = 4;
+  testing::DflashSpec dflash_spec = dspark_spec;  // DFlash: no Markov head, no confidence head
+  dflash_spec.markov_rank = 0;
+  dflash_spec.confidence = false;
   ThreadPool pool(1);
-  DrafterConfig cfg;
-  cfg.type = "draft-dspark";
-  cfg.draft_model = dpath;
-  auto drafter = CreateDrafter(cfg, *target.model, *target.tok, pool, 64);
-  ASSERT_TRUE(drafter.ok()) << drafter.status().message();
-  ScheduleOptions so;
-  so.n_max = 3;
-  SpeculativeEngine plain(*target.model, *target.tok, pool, 64);
-  SpeculativeEngine spec(*target.model, *target.tok, pool, 64, drafter->get(), so);
-  for (const SamplingParams base : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 0}, SamplingParams{0.8f, 6, 0.9f, 0.02f, 0}})
-    testing::ExpectSpeculativeSamplingMatchesPlain(plain, spec, base);
+  for (const auto& [type, spec] : {std::pair{"draft-dspark", dspark_spec}, std::pair{"draft-dflash", dflash_spec}}) {
+    SCOPED_TRACE(type);
+    const std::string dpath = Tmp(std::string("chi_") + type);
+    ASSERT_TRUE(testing::WriteDflash(spec, *target.file, dpath).ok());
+    DrafterConfig cfg;
+    cfg.type = type;
+    cfg.draft_model = dpath;
+    auto drafter = CreateDrafter(cfg, *target.model, *target.tok, pool, 64);
+    ASSERT_TRUE(drafter.ok()) << drafter.status().message();
+    ScheduleOptions so;
+    so.n_max = 2;  // positions 1-3 hold two draft tokens and the bonus token
+    SpeculativeEngine engine(*target.model, *target.tok, pool, 64, drafter->get(), so);
+    for (const SamplingParams base : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 0}, SamplingParams{0.8f, 6, 0.9f, 0.02f, 0}})
+      testing::ExpectSpeculativeSamplingMatchesTarget(*target.model, pool, engine, {1, 5, 9}, base, so.n_max + 3);
+  }
 }
 
 // Every refusal: a crafted file and the words the error must contain.
