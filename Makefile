@@ -10,7 +10,7 @@ DSPARK := $(BUILD_DIR)/bin/dspark
 # last line then ended mid-token and both drafters' acceptance fell by half.)
 PROMPT ?= def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n
 N ?= 96
-# The fastest setting measured on this pair's held-out prompts (README, Performance): prompt lookup
+# The fastest setting measured on this pair's held-out prompts (docs/performance.md): prompt lookup
 # in front of the draft model, each draft's length chosen adaptively up to 8 (else n-gram lookup
 # alone). `make run` then also shows the DSpark drafter (lookup first, its best measured setting:
 # 3 tokens per block) when it exists. Drafters run as Q8_0 copies made by `dspark quantize` at build

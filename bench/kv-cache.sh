@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# KV cache types at a long context, as reported in the README (Performance, Q8_0 KV cache): a
+# KV cache types at a long context, as reported in docs/performance.md (Q8_0 KV cache): a
 # random-weight Qwen3-0.6B-shape model (Q5_K, written by `dspark synth`), 4,096 tokens of prompt,
 # then decode and verification passes, with the F16 and the Q8_0 cache in alternating runs (this
 # project's host moves by 2x between phases: compare within a pair). Results go to $OUT (default

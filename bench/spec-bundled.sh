@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speculation on the bundled pair, as reported in the README (Performance): the DSpark drafter
+# Speculation on the bundled pair, as reported in docs/performance.md: the DSpark drafter
 # (fixed n-max grid and the cost schedule), sampling at T = 0.8, the draft model (fixed and adaptive,
 # on held-out code and on off-domain text), prompt lookup (alone and in front of both drafters),
 # and the serving frontiers of both drafters. Run on a quiet machine; results go to $OUT

@@ -1,4 +1,4 @@
-// `dspark bench --serve URL`: the load benchmark of a running `dspark serve` (issue 6). Kept out
+// `dspark bench --serve URL`: the load benchmark of a running `dspark serve`. Kept out
 // of cmd_bench.cc, which only forwards to it.
 #pragma once
 

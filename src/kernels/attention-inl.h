@@ -428,10 +428,8 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
   }
   // With several rows' heads, the first score pass also prefetches V, tile by tile as it reads K,
   // so the value pass finds it in cache: a pass finds a layer's K/V evicted by the weights streamed
-  // since the layer last ran (kernels_bench AttentionCold, medians of 5 alternating runs, 4 rows:
-  // bundled target 14.1 -> 12.7 us over 256 cells and 54 -> 46 over 1,024, Qwen3-0.6B shape 83 ->
-  // 67 over 1,024). A decode row's pass over K is too short to hide the prefetches: with one row
-  // they gained nothing and cost the Qwen3-0.6B shape up to 8%.
+  // since the layer last ran (kernels_bench AttentionCold times it). A decode row's pass over K is
+  // too short to hide the prefetches, so a single row does without them.
   const auto* v_ahead = n_q >= kPrefetchValuesHeads ? reinterpret_cast<const uint8_t*>(v) : nullptr;
   const int64_t v_tile_bytes = static_cast<int64_t>(ops::kAttentionKeyTile) * ValueRowBytes<T>(v_stride);
   if constexpr (std::is_same_v<T, int8_t>) {

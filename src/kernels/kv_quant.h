@@ -13,8 +13,8 @@
 namespace dspark {
 
 // std::lround(v) for |v| < 2^31, half away from zero, without the libm call: truncate, then step
-// away from zero when the (exact) remainder reaches one half. std::lround was most of a Q8_0 cache
-// write: ~9 us per layer and row over Qwen3-0.6B's 8 K/V heads.
+// away from zero when the (exact) remainder reaches one half. The libm call of std::lround would
+// be most of the cost of a Q8_0 cache write.
 inline int32_t RoundHalfAway(float v) {
   const int32_t t = static_cast<int32_t>(v);
   const float rest = v - static_cast<float>(t);

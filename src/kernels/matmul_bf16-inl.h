@@ -4,9 +4,9 @@
 // BF16): each call rounds x to bf16 (nearest even) once. The product of two bf16 values is exact
 // in f32, so every target forms the same products and they differ only in how the products are
 // summed. AMD CPUs with AVX-512 BF16 (Zen 4, Zen 5) run vdpbf16ps, 32 multiply-adds per
-// instruction, at twice the rate of f32 FMAs (207 vs 112 GMAC/s per core on the Zen 5 host; see
-// UseBf16Dot for Intel's). The matmuls of a verification block read the weights once for all its
-// rows and are bound by that rate, so there each extra row costs about half what it costs with F16.
+// instruction, at about twice the rate of f32 FMAs (see UseBf16Dot for Intel's). The matmuls of a
+// verification block read the weights once for all its rows and are bound by that rate, so there
+// each extra row costs about half what it costs with F16.
 //
 // Packed layout (ops::PackWeights): [group of 16 rows][column pair][16][2]. The 32-bit lane l of a
 // pair's 64 bytes holds row l's columns 2p (low half) and 2p + 1: the operand order of vdpbf16ps.
@@ -110,8 +110,8 @@ HWY_NOINLINE void Bf16PackedTileFma(const uint32_t* HWY_RESTRICT g, int64_t pair
   for (int64_t p = 0; p < pairs; ++p) {
     const float* xp = xr + 2 * p * kM;
     // One group's split weights at a time (the broadcasts are loads, re-read per group): with every
-    // group's even and odd halves live at once, a 2-row, 2-group tile needed 19 of AVX2's 16 vector
-    // registers and ran at half the rate of 4 rows.
+    // group's even and odd halves live at once, a 2-row, 2-group tile needs 19 of AVX2's 16 vector
+    // registers and spills.
     for (int q = 0; q < kG; ++q) {
       const uint32_t* wp = g + q * group_stride + p * kFloatGroupRows;
       // One line per pair (16 rows x 4 bytes), kBf16PrefetchPairs ahead (StreamAhead).
@@ -167,10 +167,9 @@ DSPARK_BF16_ATTR HWY_NOINLINE void Bf16PackedTileDot(const uint32_t* HWY_RESTRIC
 
 // Whether this target multiplies with vdpbf16ps: AVX3_DL code on an AMD CPU that has AVX-512 BF16
 // (Highway 1.0.3 has no target that requires it; Ice Lake has AVX3_DL without it), unless a test
-// turned it off to check the FMA path on the same CPU. Only AMD's: on the Intel Xeon (Sapphire
-// Rapids class) of earlier sessions vdpbf16ps ran at 42 GMAC/s a core against 87 for f32 FMAs,
-// on Zen 5 at 207 against 112. The choice is fixed per CPU model, never timed, so a machine's
-// outputs do not depend on load.
+// turned it off to check the FMA path on the same CPU. Only AMD's: on Intel Xeons (Sapphire Rapids
+// class) vdpbf16ps runs at about half the rate of f32 FMAs, on Zen 5 at about twice. The choice is
+// fixed per CPU model, never timed, so a machine's outputs do not depend on load.
 inline bool UseBf16Dot() {
 #ifdef DSPARK_HAVE_BF16_DOT
   static const bool fast = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_is("amd");

@@ -4,8 +4,7 @@
 // the matrix zero. Lanes are weight rows, so each activation element is broadcast into one FMA
 // with 16 rows' weights: no horizontal sums, and each output is one FMA chain over the columns in
 // order, the same for every m (a verification block reproduces decode bitwise). With one row per
-// vector (the row layout below) an 8-position verification of the F16 reference target cost 2.4x
-// one decode step, mostly horizontal sums.
+// vector (the row layout below) a verification block spends most of its time on horizontal sums.
 //
 // Row layout (--no-repack): each weight vector is loaded (and widened to f32) once per tile of up
 // to 8 activation rows and multiplied into all of them.
@@ -105,15 +104,12 @@ inline constexpr int64_t kFloatGroupRows = 16;
 // Software prefetch distance in columns of a group (x 32 bytes for F16): the stream must arrive
 // while m > 1 keeps the FMA ports busy. Past the end of a group the prefetch goes to the same
 // offset kG groups on (the next tile's group): the group that follows in memory is one of this
-// tile's, already being read. With 256 columns and no such wrap, most of a 384-column model's
-// prefetches were for lines in flight: the bundled F16 target (L3-resident, 2 threads) decoded
-// 1,345 tok/s, with 128 and the wrap 1,490-1,520, and a 4-row verification took 1.08 -> 0.98 ms;
-// a DRAM-streamed Qwen3-0.6B FFN matrix (kernels_bench) was 5-15% faster at m = 1..8.
+// tile's, already being read. A longer distance without the wrap would, on a matrix of a few
+// hundred columns, mostly prefetch lines already in flight.
 inline constexpr int64_t kFloatPrefetchCols = 128;
-// One prefetch per 64-byte line of a group's stream. It was one per 128 bytes, on the premise that
-// the other line of each pair comes with it; on Zen 3 it did not: bundled F16 target, 2 x 6
-// alternating runs, decode 473 / 408 -> 710 / 523 tok/s; for several rows (where the FMAs outlast
-// the stream) verify k = 4 3.68 / 3.20 -> 2.46 / 2.58 ms, k = 6 4.31 / 3.50 -> 3.07 / 3.17.
+// One prefetch per 64-byte line of a group's stream, not one per 128 bytes: the adjacent line of
+// a 128-byte pair does not come with it on every CPU (on Zen 3 it does not), and half the stream
+// would then arrive on demand.
 template <typename WT>
 inline constexpr int64_t kFloatPrefetchEvery = std::max<int64_t>(1, 64 / (kFloatGroupRows * sizeof(WT)));
 
@@ -211,8 +207,8 @@ constexpr int FloatTileGroups(int kM, bool per_group_loads) {
 // group, instead of every group's before the FMAs: where that allows more groups. On AVX2 (16
 // registers) it does for 3 rows: the weights of two groups left no room for their accumulators, and
 // one group (6 FMA chains, short of the 8 that hide FMA latency) made a 3-row pass cost as much as a
-// 4-row one. For 1 and 2 rows the shared broadcasts are worth more (per-group loads measured 1.5x
-// and 1.2x slower hot); with 32 registers every group's weights fit.
+// 4-row one. For 1 and 2 rows the shared broadcasts are worth more (per-group loads are slower
+// there); with 32 registers every group's weights fit.
 template <class DF>
 constexpr bool FloatPerGroupLoads(int kM) {
   return kM >= 2 && FloatTileGroups<DF>(kM, true) > FloatTileGroups<DF>(kM, false);
@@ -223,14 +219,12 @@ constexpr bool FloatPerGroupLoads(int kM) {
 // constant]: with one pointer per row the indexed broadcasts unlaminate into two uops each. Every
 // output is still one FMA chain over the columns in order, whatever kM and kG are; several groups
 // only give the FMA units independent chains to overlap when there are few activation rows (one row
-// of one group is a single chain bound by FMA latency: 42% of the bundled target's decode time).
+// of one group is a single chain bound by FMA latency).
 // Software prefetch: kFloatPrefetchCols columns ahead in each group's stream, for any kM. Farther
 // prefetches for several rows (the same place in the next tile, or the whole next block of groups
-// from the first chunk of rows) put a tile or more of lines into L1 ahead of use: 12-32 KB per group
-// for the bundled target's 384- and 1024-column matrices, against a 32 KB L1 that also holds the
-// interleaved activations, so lines were evicted before they were read (Zen 3, AVX2, bundled F16
-// target, 3 x 6 alternating runs, verify k = 3 / 4 / 6 / 7: 1.77 / 1.69 / 1.99 / 3.62 -> 1.38 /
-// 1.52 / 1.75 / 2.93 ms; DRAM-streamed Qwen3-0.6B FFN matrices m = 4 / 8 0.81-0.97x the time).
+// from the first chunk of rows) would put a tile or more of lines into L1 ahead of use: 12-32 KB
+// per group for the bundled target's 384- and 1024-column matrices, against a 32 KB L1 that also
+// holds the interleaved activations, so lines would be evicted before they are read.
 template <int kM, int kG, typename WT>
 HWY_NOINLINE void FloatPackedTile(const WT* HWY_RESTRICT g, int64_t cols, const float* HWY_RESTRICT xi,
                                   float* HWY_RESTRICT y, int64_t y_stride, int64_t live_last) {

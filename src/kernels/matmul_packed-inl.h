@@ -4,7 +4,7 @@
 //
 // Why: with weights in ggml's row layout, a decode step (m = 1) computes one row dot at a time and
 // spends most of its instructions on per-block scale shuffles (each 32-byte block carries its own
-// fp16 scale), so it ran at ~45% of the memory bandwidth one core can pull. In the packed layout
+// fp16 scale), so it ran well below the memory bandwidth one core can pull. In the packed layout
 // 16 weight rows sit in the 16 int32 lanes of a zmm register:
 //
 //   group of 16 rows (rows padded with zeros to a multiple of 16):
@@ -22,9 +22,7 @@
 // then scaled by d * da in float, like the reference.
 //
 // Q4_0, Q4_1, Q5_0 and Q5_1 keep their nibbles (4 quads of 64 bytes per block, the Q5 types 64
-// bytes of fifth bits more) and run the same kernel (PackedBlock32). Before these layouts they ran
-// in the row layout: Qwen3-0.6B shape, Q4_0, 2 threads, decode 61-62 tok/s against 107-112 packed,
-// a 4-row verification pass 34-36 ms against 14-15.
+// bytes of fifth bits more) and run the same kernel (PackedBlock32).
 //
 // AVX3_DL (vpdpbusd on zmm), AVX3 and AVX2 (two ymm, vpmaddubsw or AVX-VNNI) compile the kernels
 // over the same layouts (matmul_packed_simd-inl.h); other targets report PackedBytes = 0 and MatMul
@@ -217,13 +215,12 @@ struct PackedBlock32 {
       }
       for (int quad = 0; quad < 8; ++quad) {
         // The stream is sequential (groups follow each other); a software prefetch this far ahead
-        // adds ~15% to what the hardware prefetcher alone sustains on one core.
+        // still adds to what the hardware prefetcher alone sustains on one core.
         Prefetch(q, quad);
         const PackedI wq = Operand(q, quad);
         for (int j = 0; j < kM; ++j) {
           // The dword as a value (a separate broadcast): the interleaved rows and the embedded
-          // broadcast that help the K-quant kernels made Q8_0 slower (kernels_bench
-          // MatMulPackedHot/q8_0 m=2 and m=8) and did not change Q4_0 beyond noise.
+          // broadcast that help the K-quant kernels make Q8_0 slower and do not help Q4_0.
           if constexpr (kSplit) {
             AddProducts<kVex>((quad & 1) ? s1[j] : s0[j], wq, rows.a[j][8 * b + quad]);
           } else {
@@ -245,9 +242,9 @@ struct PackedBlock32 {
 #if DSPARK_HAVE_VNNI
   // Kernel<1> over two groups at once (f_io: [2][16]): one activation row gives a group only two
   // chains of 4 dependent vpdpbusd per block, and a small matrix spends as much on the driver's
-  // per-group work as on the blocks; two groups per pass halve both (the bundled draft model's
-  // 4096 x 192 head, kernels_bench MatMulPackedHot, 1 thread: 10.6 -> 8.9 us). Each group's sums
-  // and float chain are Kernel<1>'s. (AVX2 has not the registers for two groups.)
+  // per-group work as on the blocks; two groups per pass halve both (a small draft model's LM
+  // head is such a matrix). Each group's sums and float chain are Kernel<1>'s. (AVX2 has not the
+  // registers for two groups.)
   DSPARK_PACKED_ATTR static void KernelPair(const uint8_t* HWY_RESTRICT group0, const PackedLayout& g, int64_t b0,
                                             int64_t b1, const PackedActs& pa, float* HWY_RESTRICT f_io) {
     const uint8_t* group1 = group0 + g.group_bytes;

@@ -66,8 +66,8 @@ struct PackedActs {
   // The bytes again, row-interleaved per chunk (PackedChunkRows): dword w of row j0 + j of the
   // chunk starting at j0 (n = min(chunk, m - j0) rows) at inter[j0 * cols / 4 + w * n + j]. All
   // of a chunk's broadcast operands are then [one base register + constant displacement] instead
-  // of 8 row pointers competing for general registers (kernels_bench MatMulPackedHot/q6_K m=8:
-  // 73 -> 62 us, best of 6; Q4_K unchanged within noise; Q8_0 slower, so it reads the rows).
+  // of 8 row pointers competing for general registers. The K-quant kernels read these; the
+  // 32-column formats' kernel (Q8_0's) is slower with them, so it reads the rows.
   const int32_t* inter = nullptr;
   float* da = nullptr;      // [m][nsub] activation scale
   float* asum = nullptr;    // [m][nsub] da * Σ q
@@ -118,12 +118,9 @@ HWY_INLINE void PrefetchUnitLines(const uint8_t* unit, int first, int n) {
 inline constexpr int64_t kPackedPrefetch = 4096;
 // Activation rows per kernel pass: with AVX-512, 8 float accumulators plus the int32 ones and the
 // unpacked weights fit the 32 zmm registers. AVX2's 16 ymm hold two rows (two ymm per 16 lanes),
-// but 4 rows with some accumulators spilled to L1 beat unpacking the weights twice as often
-// (AVX2 target on the Zen 5 host, 2 alternating runs, Q4_K 3072 x 1024: m = 4 67-72 -> 53-62 us,
-// m = 512 7.2-7.5 -> 6.3-6.8 ms with AVX-VNNI; without it within noise; the whole Qwen3-0.6B-shape
-// model's prefill and verification within noise). A format whose kernel
-// keeps fewer accumulators in registers may take more (Format::kMaxChunkRows): every further chunk
-// unpacks the weights again.
+// but 4 rows with some accumulators spilled to L1 beat unpacking the weights twice as often. A
+// format whose kernel keeps fewer accumulators in registers may take more (Format::kMaxChunkRows):
+// every further chunk unpacks the weights again.
 inline constexpr int64_t kPackedRowChunk = DSPARK_HAVE_VNNI ? 8 : 4;
 
 template <class Format>
@@ -138,9 +135,8 @@ constexpr int64_t MaxChunkRows() {
 // Rows per chunk for m activation rows: all of them up to max_rows (a verification block in one
 // pass); up to twice that, two near-equal chunks (a 9-row block as 5 + 4 where 5 fit, not 3 x 3:
 // each chunk unpacks the weights again); else near-equal chunks of at most kPackedRowChunk
-// (prefill: with 12-row chunks a Q4_K prefill of 512 rows was 1-3% slower, the outputs' memory
-// traffic outweighing the unpacking saved; and a lone last row would run the one-row kernel,
-// built for streaming, over weights in L1).
+// (prefill: with longer chunks the outputs' memory traffic outweighs the unpacking saved; and a
+// lone last row would run the one-row kernel, built for streaming, over weights in L1).
 inline int64_t PackedChunkRows(int64_t m, int64_t max_rows) {
   if (m <= max_rows) return std::max<int64_t>(m, 1);
   const int64_t per = m <= 2 * max_rows ? max_rows : kPackedRowChunk;
@@ -214,8 +210,8 @@ inline void PackedChunk(int64_t n, const uint8_t* group, const PackedLayout& g, 
 
 // y[m, rows] = x[m, cols] · wᵀ from w.packed in Format's layout, for every m: each output row is
 // the same integer sums and float chain whatever m, so a row decoded alone equals the row inside
-// a verification block or a batch of many sequences (the row layout's lane tiles are ~10% faster
-// for Q4_K prefill but 25% slower for Q8_0, kernels_bench MatMul vs MatMulPacked m=512).
+// a verification block or a batch of many sequences (the row layout's lane tiles would gain a
+// little on Q4_K prefill and lose more on Q8_0's).
 template <class Format, bool kVex>
 inline void MatMulPackedRunWith(const ops::WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
   const PackedLayout g = PackedLayoutOf<Format>(w.rows, w.cols);
@@ -259,7 +255,7 @@ inline void MatMulPackedRunWith(const ops::WeightView& w, const float* x, int64_
   const auto* packed = static_cast<const uint8_t*>(w.packed);
   // Groups per task: at least kMinTaskMacs of work, so a small matrix (a draft model's 192 x 192
   // attention output) runs on the calling thread instead of paying a hand-off to the pool that
-  // costs more than its share of the work (2 x 192 draft model, 2 threads: 41 -> 36 us a token).
+  // costs more than its share of the work.
   const int64_t group_macs = kPackedRows * cols * m;
   const int64_t grain = kernels::MatMulGrain(g.groups, 2, std::max<int64_t>(1, kMinTaskMacs / group_macs), m, pool);
   pool.ParallelRange(g.groups, grain, [&](int64_t gb, int64_t ge, int) {

@@ -18,8 +18,6 @@
 // a 64-byte plane of fifth bits: bit i of byte b is the fifth bit of byte b of nibble operand i
 // (the low nibbles of quads 0-3, then the high ones). One GFNI affine and an or per operand,
 // shared by all activation rows, complete it; the rest is Q4_K's kernel.
-// Before this layout Q5_K ran in the row layout: Qwen3-0.6B shape, 2 threads, decode 62-65 tok/s
-// against 106-120 packed, a 4-row verification pass 41-46 ms against 10-11.
 //
 // Per sub-block, shared by all activation rows: 4 loads give 8 unsigned operands (and; GFNI for
 // the high nibbles: q needs no offset) and sc_s as a float vector. Per activation row: 8 vpdpbusd
@@ -82,14 +80,13 @@ struct PackedQ45_K {
   // AVX-512 a 9-row verification block (n-max 8) unpacks each weight tile once. Q4_K without VNNI
   // (KernelHalves: per row one int16 and one float accumulator, then 6 shared registers) fits 5 rows
   // in the 16 ymm: a 5-row block is one pass instead of 3 + 2, a 9-row one 5 + 4 instead of 3 x 3
-  // (kernels_bench MatMulPackedL3/q4_K m = 5 / 9, 3 x 6 alternating runs: 0.68-0.82x / 0.83-0.92x
-  // the time; 6 rows, with spills, were no faster than 3 + 3).
+  // (6 rows spill, and gain nothing over 3 + 3).
   static constexpr int64_t kMaxChunkRows = DSPARK_HAVE_VNNI ? 12 : (!kHighBit ? 5 : kPackedRowChunk);
   // 4 super-blocks of 16 rows = 9.25 KiB (Q5_K 11.25).
   static constexpr int64_t kTileUnits = 4;
   static_assert(kUnitBytes % 64 == 0);
-  // Software prefetch distance: at 1024 bytes (Q8_0's) cold m = 1 streamed ~8.5 GB/s of Q4_K
-  // rows on one core, at 4096 ~11 GB/s (kernels_bench MatMulPacked/q4_K; 0-8192 tried).
+  // Software prefetch distance: 4096 bytes, farther than 1024, keeps one core's stream of Q4_K
+  // rows closer to what the memory delivers (kernels_bench MatMulPacked/q4_K, cold m = 1).
   static constexpr int64_t kPrefetch = 4096;
 
   static int64_t HeaderBytes(int64_t) { return 0; }
@@ -163,7 +160,7 @@ struct PackedQ45_K {
 #if DSPARK_HAVE_VNNI
   // The unsigned operands of one quad of sub-block `sub`: the low and high nibbles, and for Q5_K
   // their fifth bits from the sub-block's plane (bits quad and 4 + quad of each byte to bit 4).
-  // (Byte masks, kmov and a masked vpaddb, ran Q5_0's packed prefill at 1.8x Q4_0's on Zen 5.)
+  // (Byte masks, kmov and a masked vpaddb, cost far more than the one affine per operand.)
   // Without VNNI, HalfOperands on 8 rows.
   DSPARK_PACKED_ATTR static HWY_INLINE void Operands(const uint8_t* HWY_RESTRICT sub, int quad, PackedI& lo,
                                                      PackedI& hi) {
@@ -281,7 +278,7 @@ struct PackedQ45_K {
         for (int j = 0; j < kM; ++j) gs[j] = _mm256_setzero_ps();
         for (int s = 0; s < 8; ++s) {
           // The unit's lines spread over the 16 steps of both halves, as Kernel spreads them over
-          // its 8 (all in the first half left the second without a stream: DRAM-bound m = 2 slower).
+          // its 8 (all in the first half would leave the second without a stream when DRAM-bound).
           constexpr int kLinesPerStep = (kUnitBytes / 64 + 15) / 16;
           PrefetchUnitLines<kPrefetch, kUnitBytes>(sb, kLinesPerStep * (8 * h + s), kLinesPerStep);
           const HalfF sc = HalfU8ToF(sb + 64 + 16 * s, h);

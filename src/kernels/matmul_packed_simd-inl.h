@@ -77,7 +77,7 @@ template <bool kVex>
 DSPARK_PACKED_ATTR HWY_INLINE void Dot(PackedI& acc, PackedI w, const int32_t* a) {
   DpbusdBcast(acc, w, a);
 }
-// The same with the dword as a value (Q8_0's kernels: a separate broadcast measured faster there).
+// The same with the dword as a value (Q8_0's kernels, where a separate broadcast is faster).
 template <bool kVex>
 DSPARK_PACKED_ATTR HWY_INLINE void DotValue(PackedI& acc, PackedI w, int32_t a) {
   acc = _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(a));

@@ -10,10 +10,9 @@ namespace dspark::kernels {
 
 // Activation rows up to which a MatMul takes one range of row groups per thread (decode,
 // verification, small batches). The matrix is then tens of microseconds of work, and each extra
-// range's hand-off (a claim on a counter the cores share) cost more than the balance it bought:
-// bundled F16 target, 2 threads, 10 alternating runs, median decode 1,076 -> 1,182 tok/s (every
-// pair faster) and a 4-row verification 1.36 -> 1.21 ms. Longer passes (prefill) keep
-// ThreadPool::ParallelRange's several ranges per thread, which even out uneven cores.
+// range's hand-off (a claim on a counter the cores share) costs more than the balance it buys.
+// Longer passes (prefill) keep ThreadPool::ParallelRange's several ranges per thread, which even
+// out uneven cores.
 inline constexpr int64_t kOneRangePerThreadRows = 16;
 
 // Grain for ThreadPool::ParallelRange over `groups` row groups with m activation rows: at least

@@ -292,11 +292,9 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     AddBias(L.bk, n, s.k.data());
     AddBias(L.bv, n, s.v.data());
     clock.Mark(ForwardProfile::kQkv);
-    // At least 16 rows per range: a verification block stays on one thread. Split over two threads
-    // (grain 1), a 5-row block's q/k norm, rope and KV write went from 25 to 52 us over the bundled
-    // target's 8 layers (AMD Zen 5 VM, session 11): neighbouring cells share the cache lines of a
-    // K tile, so both threads would write the same lines. With grain 8 a 9-row block (n-max 8)
-    // split 8 + 1 and took 60-63 us.
+    // At least 16 rows per range: a verification block stays on one thread. Split over two threads,
+    // a block's q/k norm, rope and KV write cost twice as much: neighbouring cells share the cache
+    // lines of a K tile, so both threads would write the same lines.
     pool.ParallelRange(n, 16, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) {
         float* q = s.q.data() + i * c.q_dim();

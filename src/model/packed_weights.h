@@ -36,9 +36,7 @@ class PackedWeights {
 
   // Copies the rows of each view that has no packed copy (its type has no packed layout on this
   // CPU) into this owner's memory and points `data` there, in the same row layout: the row-layout
-  // kernels then stream from huge pages too (a DRAM-bound Qwen3-0.6B-shape Q5_K model, 5
-  // alternating runs of `dspark bench --plain -t 2`: decode 50.2 -> 61.6 tok/s, prefill 557 -> 623,
-  // a 4-row verification 53 -> 42 ms, every pair faster; AMD Zen 5 VM, session 11). Views of the
+  // kernels then stream from huge pages too (fewer TLB misses on DRAM-bound models). Views of the
   // same rows share one copy.
   void CopyUnpacked(const std::vector<ops::WeightView*>& views);
 

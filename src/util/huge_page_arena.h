@@ -2,10 +2,8 @@
 // transparent huge pages where the OS offers them.
 //
 // Why: a decode step streams every weight once, so with 4 KiB pages it takes one TLB miss per
-// 64 cache lines, and in a VM each miss is a two-level page walk. With the weights on 2 MiB pages
-// the bundled F16 target decoded 1,938 -> 2,267 tok/s (medians of 10 alternating runs of
-// `dspark bench --plain -t 2`, 9 of 10 pairs faster; prefill unchanged), and a 1.7B-shape Q4_K
-// model verified 9 rows in 47.3-47.6 ms instead of 48.8-51.6 (AMD Zen 5 VM, session 11).
+// 64 cache lines, and in a VM each miss is a two-level page walk. On 2 MiB pages the stream takes
+// a TLB miss per 2 MiB instead (docs/performance.md has what that gained).
 //
 // Allocations are carved one after another out of regions of at least kRegionBytes, each an
 // anonymous mapping aligned to 2 MiB and advised MADV_HUGEPAGE (Linux's default THP mode,

@@ -2,10 +2,10 @@
 // The calling thread takes part, so a pool of N threads starts N-1 workers. Workers spin briefly
 // before sleeping: decode issues hundreds of small parallel loops per token and a futex wake-up
 // per loop would cost more than the loop itself. Publishing a loop to spinning workers takes no
-// lock (only sleeping workers need the condition variable): a 2-thread fork-join of empty tasks
-// went from 407 to 354 ns (`kernels_bench --benchmark_filter=ForkJoin`). Tasks are claimed one at a time and the caller
-// waits for finished tasks, not for workers: on a busy machine a worker that is not scheduled
-// in time simply claims nothing, and the caller runs the remaining tasks itself.
+// lock (only sleeping workers need the condition variable), which keeps a fork-join short
+// (`kernels_bench --benchmark_filter=ForkJoin` times it). Tasks are claimed one at a time and the
+// caller waits for finished tasks, not for workers: on a busy machine a worker that is not
+// scheduled in time simply claims nothing, and the caller runs the remaining tasks itself.
 #pragma once
 
 #include <atomic>
