@@ -23,7 +23,10 @@ struct RopeConfig {
   float freq_scale = 1.0f;     // 1 / scaling.factor
   int n_ctx_orig = 0;          // rope.scaling.original_context_length (yarn)
   float yarn_ext_factor = 0.0f;
-  float yarn_attn_factor = 1.0f;
+  // What cos and sin are multiplied by, as llama.cpp nets it out: rope.scaling.attn_factor (any
+  // scaling, default 1), times YaRN's 1 + 0.1 ln(factor) for a YaRN factor above 1.
+  float attn_factor = 1.0f;
+  // YaRN's ramp: llama.cpp reads no keys for these in the architectures dspark runs.
   float yarn_beta_fast = 32.0f;
   float yarn_beta_slow = 1.0f;
   std::vector<float> freq_factors;  // rope_freqs.weight (llama 3.x): theta_i /= freq_factors[i]

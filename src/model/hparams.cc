@@ -61,16 +61,17 @@ Result<ModelConfig> ReadDenseHparams(const gguf::File& f, std::string_view arch_
   if (!(base > 1)) return InvalidArgument("model: {}: rope.freq_base {} must be > 1", f.path(), base);
   r.freq_base = static_cast<float>(base);
 
-  DSPARK_ASSIGN_OR_RETURN(std::string scaling, f.GetStringOr(key("rope.scaling.type"), "none"));
+  // As llama.cpp reads them: the type defaults to linear, the factor falls back to the older
+  // rope.scale_linear, and attn_factor scales cos and sin whatever the type.
+  DSPARK_ASSIGN_OR_RETURN(std::string scaling, f.GetStringOr(key("rope.scaling.type"), "linear"));
   DSPARK_ASSIGN_OR_RETURN(double factor, f.GetFloatOr(key("rope.scaling.factor"), 0.0));
   if (factor == 0.0) {
-    DSPARK_ASSIGN_OR_RETURN(double linear, f.GetFloatOr(key("rope.scale_linear"), 0.0));
-    if (linear != 0.0) {
-      factor = linear;
-      if (scaling == "none") scaling = "linear";
-    }
+    DSPARK_ASSIGN_OR_RETURN(factor, f.GetFloatOr(key("rope.scale_linear"), 0.0));
   }
   if (factor < 0) return InvalidArgument("model: {}: rope scaling factor {} is negative", f.path(), factor);
+  DSPARK_ASSIGN_OR_RETURN(double attn_factor, f.GetFloatOr(key("rope.scaling.attn_factor"), 1.0));
+  if (!(attn_factor > 0)) return InvalidArgument("model: {}: rope.scaling.attn_factor {} must be > 0", f.path(), attn_factor);
+  r.attn_factor = static_cast<float>(attn_factor);
   if (scaling == "none" || factor == 0.0 || factor == 1.0) {
     r.scaling = RopeScaling::kNone;
   } else if (scaling == "linear") {
@@ -82,12 +83,7 @@ Result<ModelConfig> ReadDenseHparams(const gguf::File& f, std::string_view arch_
     DSPARK_ASSIGN_OR_RETURN(int64_t orig, f.GetIntOr(key("rope.scaling.original_context_length"), c.n_ctx_train));
     r.n_ctx_orig = static_cast<int>(orig);
     r.yarn_ext_factor = 1.0f;
-    DSPARK_ASSIGN_OR_RETURN(double attn_factor, f.GetFloatOr(key("rope.scaling.attn_factor"), 1.0));
-    r.yarn_attn_factor = static_cast<float>(attn_factor);
-    DSPARK_ASSIGN_OR_RETURN(double beta_fast, f.GetFloatOr(key("rope.scaling.yarn_beta_fast"), 32.0));
-    DSPARK_ASSIGN_OR_RETURN(double beta_slow, f.GetFloatOr(key("rope.scaling.yarn_beta_slow"), 1.0));
-    r.yarn_beta_fast = static_cast<float>(beta_fast);
-    r.yarn_beta_slow = static_cast<float>(beta_slow);
+    if (factor > 1.0) r.attn_factor *= 1.0f + 0.1f * std::log(static_cast<float>(factor));
   } else {
     return Unimplemented("model: {}: rope scaling type '{}' is not supported (none, linear, yarn)", f.path(), scaling);
   }

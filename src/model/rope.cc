@@ -43,8 +43,7 @@ void Rope::Angles(int pos, float* cos_out, float* sin_out) const {
   const int half = config_.n_rot / 2;
   const float freq_scale = config_.scaling == RopeScaling::kNone ? 1.0f : config_.freq_scale;
   const float ext_factor = config_.scaling == RopeScaling::kYarn ? config_.yarn_ext_factor : 0.0f;
-  float mscale = config_.scaling == RopeScaling::kYarn ? config_.yarn_attn_factor : 1.0f;
-  if (ext_factor != 0.0f) mscale *= 1.0f + 0.1f * std::log(1.0f / freq_scale);
+  const float mscale = config_.attn_factor;
   for (int i = 0; i < half; ++i) {
     // Angles in float as ggml computes them, so long positions round the same way.
     const float theta_extrap = static_cast<float>(pos) * inv_freq_[i];
