@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "spec/engine.h"
+#include "spec/speculation.h"
 #include "util/progress.h"
 #include "util/svg_plot.h"
 
@@ -138,18 +139,23 @@ int RunSpecBench(const SpecBenchFlags& f) {
       if (k == "p-min") so.p_min = static_cast<float>(v);
       if (k == "n-min") so.n_min = static_cast<int>(v);
       if (k == "adaptive") so.adaptive = v != 0;
-      if (k == "cost" && v != 0) {
-        so.mode = ScheduleMode::kCost;  // verify the prefix maximising expected tokens per ms
-        so.adaptive = true;
-      }
     }
+    // cost=1: verify the prefix maximising expected tokens per ms; cost=0: the cut; no cost axis:
+    // the library's default for this drafter (BuildSpeculation).
+    SpeculationOptions spec_options{f.drafter, so, std::nullopt};
+    if (auto it = grid[gi].find("cost"); it != grid[gi].end())
+      spec_options.mode = it->second != 0 ? ScheduleMode::kCost : ScheduleMode::kCut;
     DrafterConfig dc = f.drafter;
     dc.max_draft = std::max(dc.max_draft, so.n_max);
     dc.p_min = so.p_min;
     if (dc.type != "synthetic") {
-      auto d = CreateDrafter(dc, model, tok, pool, n_ctx);
-      if (!d.ok()) return Fail(d.status());
-      shared[gi] = std::move(*d);
+      auto spec = BuildSpeculation(spec_options, model, tok, pool, n_ctx);
+      if (!spec.ok()) return Fail(spec.status());
+      shared[gi] = std::move(spec->drafter);
+      so = spec->schedule;
+    } else if (spec_options.mode == ScheduleMode::kCost) {
+      so.mode = ScheduleMode::kCost;
+      so.adaptive = true;
     }
     schedules.push_back(so);
     drafter_configs.push_back(std::move(dc));

@@ -12,6 +12,7 @@
 #include "util/escapes.h"
 #include "util/log.h"
 #include "spec/drafters/factory.h"
+#include "spec/speculation.h"
 #include "spec/engine.h"
 #include "spec/testing/broken_verifiers.h"
 
@@ -152,25 +153,21 @@ int RunGenerate(GenerateFlags f) {
     f.drafter.synthetic_reference.insert(f.drafter.synthetic_reference.end(), plain_result->ids.begin(),
                                          plain_result->ids.end());
   }
-  f.drafter.max_draft = std::max(f.drafter.max_draft, f.schedule.n_max);
-  f.drafter.p_min = f.schedule.p_min;
-  auto drafter = CreateDrafter(f.drafter, model, tok, pool, n_ctx);
-  if (!drafter.ok()) return Fail(drafter.status());
-  const bool confidence = *drafter != nullptr && (*drafter)->Needs().confidence_head;
-  if (f.schedule_mode == "cost" || (f.schedule_mode.empty() && confidence && f.schedule.p_min == 0)) {
-    f.schedule.mode = ScheduleMode::kCost;
-    f.schedule.adaptive = true;  // the engine profiles the verify cost model for adaptive schedules
-  }
+  SpeculationOptions so{f.drafter, f.schedule, std::nullopt};
+  if (f.schedule_mode == "cost") so.mode = ScheduleMode::kCost;
+  if (f.schedule_mode == "cut") so.mode = ScheduleMode::kCut;
+  auto spec = BuildSpeculation(std::move(so), model, tok, pool, n_ctx);
+  if (!spec.ok()) return Fail(spec.status());
   BatchEngineOptions eo;
   eo.n_ctx = n_ctx;
   eo.kv_type = f.cache_type;
-  eo.schedule = f.schedule;
+  eo.schedule = spec->schedule;
   if (!f.debug_verifier.empty()) {
     const auto bug = testing::ParseVerifierBug(f.debug_verifier);
     if (!bug) return Fail(InvalidArgument("generate: --debug-verifier: unknown rule '{}'", f.debug_verifier));
     eo.verify = testing::BrokenVerifier(*bug);
   }
-  SpeculativeEngine engine(model, tok, pool, eo, drafter->get());
+  SpeculativeEngine engine(model, tok, pool, eo, spec->drafter.get());
 
   // The text streams as it is generated, except with --compare: the plain run is not streamed, and
   // writing and flushing each token (30-40 us a token to a pipe) would count against speculation

@@ -12,6 +12,7 @@
 #include "serve/http_server.h"
 #include "spec/batch_engine.h"
 #include "spec/drafters/factory.h"
+#include "spec/speculation.h"
 #include "util/log.h"
 
 namespace dspark::cli {
@@ -48,15 +49,14 @@ int RunServe(ServeFlags f) {
   const int n_ctx = ContextSize(f.ctx_size, model);
 
   f.drafter.n_seq = f.parallel;
-  f.drafter.max_draft = std::max(f.drafter.max_draft, f.schedule.n_max);
-  f.drafter.p_min = f.schedule.p_min;
   if (f.drafter.type == "synthetic")
     return Fail(InvalidArgument("serve: --spec-type synthetic needs the reference output of one prompt; use it with "
                                 "`dspark generate`"));
-  auto drafter = CreateDrafter(f.drafter, model, tok, pool, n_ctx);
-  if (!drafter.ok()) return Fail(drafter.status());
-  if (*drafter != nullptr && (*drafter)->Needs().confidence_head && f.schedule.p_min == 0)
-    f.schedule.mode = ScheduleMode::kCost;
+  SpeculationOptions so{f.drafter, f.schedule, std::nullopt};
+  if (!f.schedule.adaptive) so.mode = ScheduleMode::kCut;  // --no-spec-adaptive: no cost model either
+  auto spec = BuildSpeculation(std::move(so), model, tok, pool, n_ctx);
+  if (!spec.ok()) return Fail(spec.status());
+  auto* drafter = &spec->drafter;
 
   BatchEngineOptions bo;
   bo.n_parallel = f.parallel;
@@ -64,7 +64,7 @@ int RunServe(ServeFlags f) {
   bo.prefill_chunk = f.prefill_chunk;
   bo.kv_type = f.cache_type;
   if (Status ok = KvCache::Supports(model.config(), f.cache_type); !ok.ok()) return Fail(ok);
-  bo.schedule = f.schedule;
+  bo.schedule = spec->schedule;
   BatchEngine engine(model, tok, pool, bo, drafter->get());
   if (bo.schedule.adaptive && *drafter != nullptr) {
     // Batch-wide draft admission needs the cost of a target pass by row count: measure it now
