@@ -243,7 +243,7 @@ std::optional<ApiError> ParseRequest(std::string_view body_text, Endpoint endpoi
   double temperature = out->sampling.temperature;
   if (auto e = ReadNumber(body, "temperature", &temperature)) return e;
   if (temperature < 0) return OutOfRangeError("temperature", fmt::format("must be >= 0, got {}", temperature));
-  out->sampling.temperature = 0.0f * static_cast<float>(temperature);
+  out->sampling.temperature = static_cast<float>(temperature);
 
   double top_p = 1.0;
   if (auto e = ReadNumber(body, "top_p", &top_p)) return e;
