@@ -13,6 +13,11 @@ PKGS=(
   libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-jinja2        # golden chat-template renders in tests
+  # tools/train (the PyTorch toolkit): its tests and the DSpark export cross-check run in `make test`.
+  # libopenblas0-pthread: Debian's PyTorch is ~10x slower on the reference BLAS; libpython3.11-testsuite:
+  # the half of the stdlib Debian ships apart (the training corpus, tools/train/dspark_train/corpus.py).
+  python3-torch python3-numpy python3-sentencepiece libopenblas0-pthread python3-tqdm
+  libpython3.11-testsuite python3-pytest
   chromium              # headless playground test (tests/e2e/playground_test.cc)
 )
 

@@ -1,11 +1,14 @@
 // The DSpark drafter's per-slot hidden states, block logits, Markov-biased logits, chained tokens
 // and confidences equal golden values from an independent float64 reference
 // (tests/data/dspark/make_golden.py), for both block layouts, d2t, sinks, causal blocks and
-// scales, with the target features injected all at once or across two steps.
+// scales, with the target features injected all at once or across two steps; both with the whole
+// trained block (llama.cpp's behaviour) and with the drafter's default truncated block (only the
+// rows the budget needs: in a bidirectional block the kept rows' outputs change).
 #include <filesystem>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -48,17 +51,22 @@ class DSparkGolden : public ::testing::Test {
     std::ifstream in(std::string(DSPARK_SOURCE_DIR) + "/tests/data/dspark/golden.json");
     ASSERT_TRUE(in.good()) << "missing tests/data/dspark/golden.json";
     golden_ = nlohmann::json::parse(in);
+    std::ifstream tin(std::string(DSPARK_SOURCE_DIR) + "/tests/data/dspark/golden_truncated.json");
+    ASSERT_TRUE(tin.good()) << "missing tests/data/dspark/golden_truncated.json";
+    golden_truncated_ = nlohmann::json::parse(tin);
   }
 
   static inline std::string dir_;
   static inline nlohmann::json golden_;
+  static inline nlohmann::json golden_truncated_;
   ThreadPool pool_{1};
 };
 
 // Runs every case of `golden` (drafts named by `draft_path(case)`) against `target_path` and
-// compares with the reference; "hidden", "logits" and "block" are optional.
+// compares with the reference; "hidden", "logits" and "block" are optional. full_block: the
+// drafter runs the whole trained block (else its default, the rows the budget needs).
 void CheckCases(const std::string& target_path, const std::function<std::string(const nlohmann::json&)>& draft_path,
-                const nlohmann::json& golden, double tol_scale, ThreadPool& pool_) {
+                const nlohmann::json& golden, double tol_scale, ThreadPool& pool_, bool full_block = true) {
   auto tf = gguf::File::Open(target_path);
   ASSERT_TRUE(tf.ok()) << tf.status().message();
   std::shared_ptr<const gguf::File> file(std::move(*tf));
@@ -78,7 +86,7 @@ void CheckCases(const std::string& target_path, const std::function<std::string(
     DrafterConfig cfg;
     cfg.type = "draft-dspark";
     cfg.draft_model = draft_path(c);
-    cfg.dspark_full_block = true;  // the reference runs the whole trained block, as llama.cpp does
+    cfg.dspark_full_block = full_block;  // must match how the reference ran the block
     auto d = CreateDrafter(cfg, **target, **tok, pool_, 128);
     ASSERT_TRUE(d.ok()) << d.status().message();
     auto* ds = static_cast<DSparkDrafter*>(d->get());
@@ -149,10 +157,55 @@ TEST_F(DSparkGolden, BlockLogitsChainAndConfidenceMatchReference) {
       golden_, 1.0, pool_);
 }
 
+// The default drafter runs only the block rows the budget needs; the reference drops the same
+// trailing MASK rows (as queries, keys and values) and recomputes the block.
+TEST_F(DSparkGolden, TruncatedBlockLogitsChainAndConfidenceMatchReference) {
+  ASSERT_EQ(golden_truncated_["full_block"], false);
+  CheckCases(
+      dir_ + "/golden_target.gguf",
+      [](const nlohmann::json& c) { return dir_ + "/golden_draft_" + c["draft"].get<std::string>() + ".gguf"; },
+      golden_truncated_, 1.0, pool_, /*full_block=*/false);
+}
+
+// The truncated goldens exercise what truncation changes: against the whole-block goldens of the
+// same draft, prompt and budget, a bidirectional block's kept rows differ beyond the tolerance
+// (so a drafter that ran the whole block, or kept the dropped rows in the attention, fails the
+// test above), and a causal block's kept rows are the whole block's first rows.
+TEST_F(DSparkGolden, TruncatedGoldensDifferFromTheWholeBlockWhereAttentionSeesTheBlock) {
+  int shorter = 0, changed = 0;
+  for (const auto& t : golden_truncated_["cases"]) {
+    for (const auto& f : golden_["cases"]) {
+      if (f["draft"] != t["draft"] || f["prompt"] != t["prompt"] || f["budget"] != t["budget"]) continue;
+      const size_t rows = t["block"].size();
+      ASSERT_LE(rows, f["block"].size());
+      if (rows == f["block"].size()) {
+        EXPECT_EQ(t["logits"], f["logits"]) << t["draft"] << " budget " << t["budget"];
+        continue;
+      }
+      ++shorter;
+      double max_diff = 0, max_tol = 0;
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t i = 0; i < t["logits"][r].size(); ++i) {
+          if (t["logits"][r][i].is_null()) continue;
+          const double w = f["logits"][r][i].get<double>();
+          max_diff = std::max(max_diff, std::fabs(t["logits"][r][i].get<double>() - w));
+          max_tol = std::max(max_tol, kAbsTol + kRelTol * std::fabs(w));
+        }
+      if (t["draft"] == "b") {  // GoldenDraft('b') has a causal block (tests/dspark/dspark_models.cc)
+        EXPECT_LT(max_diff, 1e-6) << "causal block, budget " << t["budget"];
+      } else if (max_diff > 10 * max_tol) {
+        ++changed;
+      }
+    }
+  }
+  EXPECT_GE(shorter, 2);
+  EXPECT_GE(changed, 1) << "no bidirectional truncated golden differs from its whole-block golden";
+}
+
 #else
-// tools/train's PyTorch drafter exported by its exporter. Needs PyTorch, so it is not part of
-// `make test`: tests/data/dspark/check_export.py writes the directory and runs this binary
-// (dspark_export_check).
+// tools/train's PyTorch drafter exported by its exporter. Needs PyTorch: the ctest entry
+// dspark_export_check (label python, part of `make test`) runs tests/data/dspark/check_export.py
+// to write the directory, then this binary.
 TEST_F(DSparkGolden, ExportedPyTorchDrafterMatches) {
   const char* dir = std::getenv("DSPARK_EXPORT_CHECK_DIR");
   ASSERT_NE(dir, nullptr) << "set DSPARK_EXPORT_CHECK_DIR (run tests/data/dspark/check_export.py)";

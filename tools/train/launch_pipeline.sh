@@ -7,7 +7,8 @@
 #   kill -TERM -- -$(cat $DSPARK_TRAIN_DIR/pipeline.pid)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-TD="${DSPARK_TRAIN_DIR:-/work/dspark-train}"
+# The same default as dspark_train/paths.py: build/train under the repository root.
+TD="${DSPARK_TRAIN_DIR:-$PWD/build/train}"
 mkdir -p "$TD"
 if [ -f "$TD/pipeline.pid" ] && kill -0 "$(cat "$TD/pipeline.pid")" 2>/dev/null; then
   echo "already running: pid $(cat "$TD/pipeline.pid"); log $TD/pipeline.log"; exit 0

@@ -2,8 +2,11 @@
 the same drafts in the C++ drafter. Not a committed golden (the reference target's vocabulary makes
 the outputs large); run it whenever the exporter or the drafter changes:
 
-    /usr/bin/python3 tests/data/dspark/check_export.py /tmp/dspark_export
+    PYTHONPATH=tools/train /usr/bin/python3 tests/data/dspark/check_export.py /tmp/dspark_export
     DSPARK_EXPORT_CHECK_DIR=/tmp/dspark_export ./build/tests/dspark_export_check
+
+`make test` runs both (ctest: dspark_export_check, label python). The toolkit is the package
+tools/train/dspark_train (on PYTHONPATH); make_golden.py sits beside this script.
 
 It writes DIR/draft.gguf (a randomly initialised DSpark with enlarged head weights, so the Markov
 bias and the confidence matter) for models/ref-target.gguf and DIR/golden.json in the format of
@@ -17,14 +20,13 @@ import sys
 import numpy as np
 import torch
 
+import make_golden  # beside this script (its folder is sys.path[0] when run as a script)
+from dspark_train import export_dspark
+from dspark_train import tokenizer as tok
+from dspark_train.dspark_model import DSpark, DSparkConfig
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools", "train"))
-sys.path.insert(0, HERE)
-import export_dspark  # noqa: E402
-import make_golden  # noqa: E402
-import tokenizer as tok  # noqa: E402
-from dspark_model import DSpark, DSparkConfig  # noqa: E402
 
 
 def main():

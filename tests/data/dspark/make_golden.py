@@ -9,8 +9,10 @@ the target's), d2t scatter, and the greedy Markov chain with the confidence head
 Regenerate (after changing tests/dspark/dspark_models.cc):
     cmake --build build --target dspark_write_golden_models
     ./build/tests/dspark_write_golden_models /tmp/dspark_golden
-    /usr/bin/python3 tests/data/dspark/make_golden.py /tmp/dspark_golden
-which rewrites tests/data/dspark/golden.json (read by tests/dspark/dspark_golden_test.cc).
+    PYTHONPATH=tools/train /usr/bin/python3 tests/data/dspark/make_golden.py /tmp/dspark_golden
+which rewrites tests/data/dspark/golden.json (the whole trained block, as llama.cpp runs it) and
+tests/data/dspark/golden_truncated.json (the drafter's default: only the block rows the budget
+needs), both read by tests/dspark/dspark_golden_test.cc.
 """
 import json
 import os
@@ -18,9 +20,9 @@ import sys
 
 import numpy as np
 
+from dspark_train import gguf_reader  # tools/train on PYTHONPATH
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "tools", "train"))
-import gguf_reader  # noqa: E402
 
 gguf_reader._GGML_DTYPE.setdefault(27, np.int64)  # d2t is GGML_TYPE_I64
 
@@ -78,12 +80,28 @@ def target_taps(md, W, ids, layers):
     return [taps[l] for l in layers]
 
 
-def draft_block(dmd, D, tW, feats, anchor):
-    """feats [n, L_t*E] for positions 0..n-1; the block [anchor, MASK...] at positions n.. ."""
+def first_draft_slot(dmd):
+    """Block slot of the first draft token: 0 when the anchor's own row predicts it, else 1."""
+    return 0 if dmd.get("dflash.sample_from_anchor", True) else 1
+
+
+def truncated_rows(dmd, budget):
+    """Block rows the drafter runs by default: only those the budget's draft slots need."""
+    B = dmd["dflash.block_size"]
+    first = first_draft_slot(dmd)
+    return min(B, min(budget, B - first) + first)
+
+
+def draft_block(dmd, D, tW, feats, anchor, rows=None):
+    """feats [n, L_t*E] for positions 0..n-1; the block [anchor, MASK...] at positions n.. .
+
+    rows: how many block rows to run (default the whole trained block). Fewer rows means the
+    dropped trailing MASK rows are absent from the attention altogether (as keys, values and
+    queries): in a bidirectional block that changes every kept row's output."""
     a = "dflash"
     H, Hkv = dmd[f"{a}.attention.head_count"], dmd[f"{a}.attention.head_count_kv"]
     hd, eps, base = dmd[f"{a}.attention.key_length"], dmd[f"{a}.attention.layer_norm_rms_epsilon"], dmd[f"{a}.rope.freq_base"]
-    B = dmd[f"{a}.block_size"]
+    B = dmd[f"{a}.block_size"] if rows is None else rows
     causal = bool(dmd.get(f"{a}.attention.causal", False))
     mask_id = dmd["tokenizer.ggml.mask_token_id"]
     n = feats.shape[0]
@@ -136,7 +154,7 @@ def draft_block(dmd, D, tW, feats, anchor):
 
 def chain(dmd, D, hid, logits, anchor, budget):
     """Greedy Markov chain with confidences over the layout's draft slots."""
-    first = 0 if dmd.get("dflash.sample_from_anchor", True) else 1
+    first = first_draft_slot(dmd)
     B = logits.shape[0]
     V = logits.shape[1]
     scale = D["markov_w2.scale"].reshape(-1)[0] if "markov_w2.scale" in D else 1.0
@@ -167,6 +185,31 @@ def finite(rows):
     return [[None if not np.isfinite(v) else round(float(v), 7) for v in r] for r in rows]
 
 
+def run_case(tmd, tW, src, which, prompt, split, budget, truncated):
+    dmd, D = load(os.path.join(src, f"golden_draft_{which}.gguf"))
+    layers = list(dmd["dflash.target_layers"])
+    n = len(prompt) - 1
+    feats = np.concatenate(target_taps(tmd, tW, prompt[:n], layers), axis=1)
+    anchor = prompt[-1]
+    rows = truncated_rows(dmd, budget) if truncated else None
+    block, hid, logits = draft_block(dmd, D, tW, feats, anchor, rows)
+    toks, zs, confs = chain(dmd, D, hid, logits, anchor, budget)
+    case = {"draft": which, "prompt": prompt, "split": split, "budget": budget, "block": block,
+            "hidden": finite(hid), "logits": finite(logits), "tokens": toks,
+            "biased_logits": finite(zs), "confidence": [round(float(c), 7) for c in confs]}
+    note = ""
+    if truncated:
+        # How far the kept rows are from the same rows of the whole block (0 when causal).
+        _, full_hid, full_logits = draft_block(dmd, D, tW, feats, anchor)
+        r = len(block)
+        fin = np.isfinite(logits)
+        note = (f" rows {r}/{dmd['dflash.block_size']}, max |d logit| vs whole block "
+                f"{np.abs(logits[fin] - full_logits[:r][fin]).max():.3g}")
+    print(f"draft {which}: prompt {len(prompt)} tokens, budget {budget} -> drafts {toks} "
+          f"conf {np.round(confs, 3).tolist()}{note}")
+    return case
+
+
 def main():
     src = sys.argv[1]
     tmd, tW = load(os.path.join(src, "golden_target.gguf"))
@@ -176,21 +219,22 @@ def main():
         ("b", [1, 12, 6, 33, 41, 8, 27, 19, 55, 3, 38, 14], 7, 5),
         ("b", [1, 9, 9, 30, 2], 2, 2),
     ]
-    out = []
-    for which, prompt, split, budget in cases:
-        dmd, D = load(os.path.join(src, f"golden_draft_{which}.gguf"))
-        layers = list(dmd["dflash.target_layers"])
-        n = len(prompt) - 1
-        feats = np.concatenate(target_taps(tmd, tW, prompt[:n], layers), axis=1)
-        anchor = prompt[-1]
-        block, hid, logits = draft_block(dmd, D, tW, feats, anchor)
-        toks, zs, confs = chain(dmd, D, hid, logits, anchor, budget)
-        out.append({"draft": which, "prompt": prompt, "split": split, "budget": budget, "block": block,
-                    "hidden": finite(hid), "logits": finite(logits), "tokens": toks,
-                    "biased_logits": finite(zs), "confidence": [round(float(c), 7) for c in confs]})
-        print(f"draft {which}: prompt {len(prompt)} tokens -> drafts {toks} conf {np.round(confs, 3).tolist()}")
+    # The drafter's default (truncated) block: only the rows the budget needs. Draft a is
+    # bidirectional (kept rows change), draft b causal (kept rows equal the whole block's).
+    truncated_cases = cases + [
+        ("a", [1, 5, 9, 22, 40, 7, 31, 18, 50], 4, 1),
+        ("a", [1, 17, 3, 52, 26, 11], 2, 2),
+        ("a", [1, 8, 45, 13, 29, 36, 4], 3, 4),
+        ("b", [1, 12, 6, 33, 41, 8, 27, 19, 55, 3, 38, 14], 7, 3),
+    ]
+    out = [run_case(tmd, tW, src, *c, truncated=False) for c in cases]
     with open(os.path.join(HERE, "golden.json"), "w") as fh:
         json.dump({"generator": "tests/data/dspark/make_golden.py", "cases": out}, fh, separators=(",", ":"))
+    print("truncated blocks:")
+    out = [run_case(tmd, tW, src, *c, truncated=True) for c in truncated_cases]
+    with open(os.path.join(HERE, "golden_truncated.json"), "w") as fh:
+        json.dump({"generator": "tests/data/dspark/make_golden.py", "full_block": False, "cases": out}, fh,
+                  separators=(",", ":"))
 
 
 if __name__ == "__main__":

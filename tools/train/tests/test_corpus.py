@@ -1,17 +1,14 @@
 """The corpus listing, its hash split, manifests and the manifest restriction (phase-1 corpus).
 
-    /usr/bin/python3 -m unittest discover -s tools/train/tests -t tools/train
+    cd tools/train && /usr/bin/python3 -m pytest tests    # (make test runs them: ctest -L python)
 """
 import os
-import sys
 import tempfile
 import unittest
 from pathlib import Path
 from unittest import mock
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-import corpus  # noqa: E402
+from dspark_train import corpus
 
 
 class TestCorpus(unittest.TestCase):

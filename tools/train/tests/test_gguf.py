@@ -1,24 +1,21 @@
 """GGUF writer/reader round trip and the numpy reference forward against PyTorch.
 
-    /usr/bin/python3 -m unittest discover -s tools/train/tests -t tools/train
+    cd tools/train && /usr/bin/python3 -m pytest tests    # (make test runs them: ctest -L python)
 """
 import os
 import struct
-import sys
 import tempfile
 import unittest
 
 import numpy as np
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-import gguf_model  # noqa: E402
-import gguf_reader  # noqa: E402
-import gguf_writer as gw  # noqa: E402
-import ref_forward  # noqa: E402
-import tokenizer as tok  # noqa: E402
-from model import Qwen3, Qwen3Config  # noqa: E402
+from dspark_train import gguf_model
+from dspark_train import gguf_reader
+from dspark_train import gguf_writer as gw
+from dspark_train import ref_forward
+from dspark_train import tokenizer as tok
+from dspark_train.model import Qwen3, Qwen3Config
 
 TINY = Qwen3Config(vocab_size=4096, n_layer=2, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=96, n_ctx=64)
 
@@ -122,13 +119,9 @@ class TestQwen3Export(unittest.TestCase):
         np.testing.assert_array_equal(got.argmax(-1), want.argmax(-1))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class TestDecode(unittest.TestCase):
     def test_cached_matches_full(self):
-        import decode
+        from dspark_train import decode
         torch.manual_seed(0)
         m = Qwen3(TINY).eval()
         ids = torch.randint(4, 4096, (1, 30))
@@ -143,3 +136,7 @@ class TestDecode(unittest.TestCase):
             with torch.no_grad():
                 seq.append(int(m(torch.tensor([seq]))[0, -1].argmax()))
         self.assertEqual(g, seq[10:])
+
+
+if __name__ == "__main__":
+    unittest.main()

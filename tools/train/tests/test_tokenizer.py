@@ -1,21 +1,18 @@
 """The tokenizer's ids equal llama.cpp's SPM algorithm on the GGUF metadata (train/inference parity).
 
-    /usr/bin/python3 -m unittest discover -s tools/train/tests -t tools/train
+    cd tools/train && /usr/bin/python3 -m pytest tests    # (make test runs them: ctest -L python)
 """
 import os
-import sys
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-import corpus  # noqa: E402
-import gguf_reader  # noqa: E402
-import gguf_vocab  # noqa: E402
-import gguf_writer as gw  # noqa: E402
-import llama_spm  # noqa: E402
-import tokenizer as tok  # noqa: E402
-from export_golden import TOKENIZER_EDGE_CASES  # noqa: E402
+from dspark_train import corpus
+from dspark_train import gguf_reader
+from dspark_train import gguf_vocab
+from dspark_train import gguf_writer as gw
+from dspark_train import llama_spm
+from dspark_train import tokenizer as tok
+from dspark_train.export_golden import TOKENIZER_EDGE_CASES
 
 
 class TestTokenizer(unittest.TestCase):

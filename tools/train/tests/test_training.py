@@ -1,25 +1,23 @@
 """Training invariants: exact resume, DSpark train/inference equivalence, anchors and masks, export.
 
-    /usr/bin/python3 -m unittest discover -s tools/train/tests -t tools/train
+    cd tools/train && /usr/bin/python3 -m pytest tests    # (make test runs them: ctest -L python)
 """
 import csv
 import json
 import os
-import sys
 import tempfile
 import unittest
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-import dspark_loss  # noqa: E402
-import export_dspark  # noqa: E402
-import gguf_reader  # noqa: E402
-import tokenizer as tok  # noqa: E402
-from dspark_model import DSpark, DSparkConfig  # noqa: E402
-from model import Qwen3, Qwen3Config  # noqa: E402
+from dspark_train import dspark_loss
+from dspark_train import export_dspark
+from dspark_train import gguf_reader
+from dspark_train import tokenizer as tok
+from dspark_train.dspark_model import DSpark, DSparkConfig
+from dspark_train.model import Qwen3, Qwen3Config
 
 TINY_T = Qwen3Config(n_layer=4, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=48, n_ctx=64)
 TINY_D = DSparkConfig(n_layer=2, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=48, n_ctx=64,
@@ -28,7 +26,7 @@ TINY_D = DSparkConfig(n_layer=2, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, 
 
 class TestResume(unittest.TestCase):
     def test_resume_is_exact(self):
-        import train_target
+        from dspark_train import train_target
         cfg = json.dumps(dict(n_layer=1, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=32, n_ctx=64))
         common = ["--config", cfg, "--seq-len", "32", "--tokens-per-step", "128", "--eval-every", "1000",
                   "--log-every", "1", "--total-tokens", "4000", "--dtype", "fp32", "--long-every", "3"]
@@ -45,7 +43,7 @@ class TestResume(unittest.TestCase):
 
 class TestGrowDraft(unittest.TestCase):
     def test_grown_model_computes_what_the_original_did(self):
-        import grow_draft
+        from dspark_train import grow_draft
         torch.manual_seed(0)
         small = Qwen3(TINY_T)
         config, state = grow_draft.grow(small.c.to_dict(), small.state_dict(), TINY_T.n_layer + 2)
@@ -64,8 +62,8 @@ class TestDSparkResume(unittest.TestCase):
     def test_dspark_resume_is_exact(self):
         # The drafter's run restores model, optimizer (on the parameters' device) and RNG: 3 + 3
         # resumed steps log the same losses as 6 in one go.
-        import train_dspark
-        import train_target
+        from dspark_train import train_dspark
+        from dspark_train import train_target
         cfg = json.dumps(dict(n_layer=4, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=32, n_ctx=64))
         with tempfile.TemporaryDirectory() as d:
             train_target.main(["--config", cfg, "--seq-len", "32", "--tokens-per-step", "128", "--eval-every", "1000",
@@ -170,19 +168,20 @@ class TestDSpark(unittest.TestCase):
             self.assertNotIn("token_embd.weight", f.tensors)
             self.assertNotIn("output.weight", f.tensors)
 
+
 class TestEngineGenerator(unittest.TestCase):
     """gen_target_data.py --engine: `dspark serve` returns the same greedy continuations as the
     PyTorch decoder of the same GGUF (so either generator makes the same training data)."""
 
     def test_engine_greedy_matches_pytorch(self):
         import numpy as np
-        import decode
-        import gen_target_data
-        import teacher
-        from paths import REPO_ROOT, TARGET_GGUF
-        binary = REPO_ROOT / "build" / "bin" / "dspark"
-        if not binary.exists() or not TARGET_GGUF.exists():
-            self.skipTest("needs the C++ build (make build) and models/ref-target.gguf")
+        from dspark_train import gen_target_data
+        from dspark_train import teacher
+        from dspark_train.paths import REPO_ROOT, TARGET_GGUF
+        # ctest passes the binary it built (DSPARK_BIN); by hand, build/bin/dspark (make build).
+        binary = Path(os.environ.get("DSPARK_BIN") or REPO_ROOT / "build" / "bin" / "dspark")
+        self.assertTrue(binary.is_file(), f"no dspark binary at {binary}: make build, or set DSPARK_BIN")
+        self.assertTrue(TARGET_GGUF.is_file(), f"missing {TARGET_GGUF}")
         rng = np.random.default_rng(3)
         prompts = torch.from_numpy(rng.integers(10, 4000, size=(4, 16)).astype(np.int64))
         with tempfile.TemporaryDirectory() as d:

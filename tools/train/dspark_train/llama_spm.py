@@ -4,18 +4,17 @@ driven only by the GGUF's tokenizer.ggml.* metadata.
 It exists to prove, before the C++ engine does, that the ids the model was trained on (from the
 sentencepiece library) are the ids an inference engine reading our GGUF produces:
 
-    /usr/bin/python3 tools/train/llama_spm.py models/ref-target.gguf     # whole validation split
+    /usr/bin/python3 -m dspark_train llama-spm models/ref-target.gguf     # whole validation split
 
 Algorithm: split into UTF-8 characters, then repeatedly merge the adjacent pair whose
 concatenation is a vocabulary piece with the highest score (ties: leftmost); a final symbol that is
 not a piece is re-split along its merge history, and unknown characters become <0xNN> byte tokens.
 """
+import argparse
 import heapq
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gguf_reader  # noqa: E402
+from . import gguf_reader
 
 SPACE = "\u2581"
 
@@ -98,8 +97,8 @@ class LlamaSpm:
 
 def check_split(gguf_path, split="val"):
     """Compare sentencepiece ids with this port's ids on every document of a split."""
-    import corpus
-    import tokenizer as tok
+    from . import corpus
+    from . import tokenizer as tok
     sp = tok.load()
     ll = LlamaSpm.from_gguf(gguf_path)
     bad = []
@@ -113,11 +112,17 @@ def check_split(gguf_path, split="val"):
     return n_tok, bad
 
 
-if __name__ == "__main__":
-    path = sys.argv[1]
-    split = sys.argv[2] if len(sys.argv) > 2 else "val"
-    n, bad = check_split(path, split)
-    for rel, k, a, b in bad[:10]:
-        print(f"MISMATCH {rel} at token {k}: sentencepiece {a} llama.cpp-spm {b}")
-    print(f"{split}: {n} tokens, {len(bad)} documents differ")
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("gguf", help="GGUF whose tokenizer.ggml.* metadata to use")
+    ap.add_argument("split", nargs="?", default="val", help="corpus split to compare (default val)")
+    a = ap.parse_args(argv)
+    n, bad = check_split(a.gguf, a.split)
+    for rel, k, x, y in bad[:10]:
+        print(f"MISMATCH {rel} at token {k}: sentencepiece {x} llama.cpp-spm {y}")
+    print(f"{a.split}: {n} tokens, {len(bad)} documents differ")
     sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

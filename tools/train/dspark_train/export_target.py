@@ -4,28 +4,26 @@ The validation loss is measured on the weights as exported (matrices rounded to 
 number in models/README.md is the file's, not the checkpoint's. Writes models/ref-target.json
 (tokens, losses, ten greedy samples of held-out prompts) for model_card.py.
 
-    /usr/bin/python3 tools/train/export_target.py            # from $DSPARK_TRAIN_DIR/target/ckpt.pt
+    /usr/bin/python3 -m dspark_train export-target            # from $DSPARK_TRAIN_DIR/target/ckpt.pt
 """
 import argparse
 import hashlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import decode  # noqa: E402
-import gguf_model  # noqa: E402
-import gguf_writer as gw  # noqa: E402
-import prompts  # noqa: E402
-import tokenizer as tok  # noqa: E402
-import trainutil as tu  # noqa: E402
-from model import Qwen3, Qwen3Config  # noqa: E402
-from paths import MANIFEST, TARGET_GGUF, train_dir  # noqa: E402
-from train_target import evaluate  # noqa: E402
+from . import decode
+from . import gguf_model
+from . import gguf_writer as gw
+from . import prompts
+from . import tokenizer as tok
+from . import trainutil as tu
+from .model import Qwen3, Qwen3Config
+from .paths import MANIFEST, TARGET_GGUF, train_dir
+from .train_target import evaluate
 
 
 def f16_rounded(state):
@@ -49,7 +47,7 @@ def samples(model, sp, n=10, n_new=64):
     return rows
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ckpt", default=str(train_dir() / "target" / "ckpt.pt"))
     ap.add_argument("--out", default=str(TARGET_GGUF))
@@ -61,7 +59,7 @@ def main():
                     help="also measure the validation files of this manifest (the earlier corpus, without "
                          "the testsuite package; '' to skip)")
     ap.add_argument("--threads", type=int, default=2)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     dev, amp = tu.setup_device(a.threads, a.dtype)
     ck = tu.load_checkpoint(Path(a.ckpt))
     if ck is None:

@@ -1,14 +1,11 @@
 """Load a frozen target ("teacher") for distillation: from a training checkpoint or a GGUF."""
-import os
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gguf_model  # noqa: E402
-import trainutil as tu  # noqa: E402
-from model import Qwen3, Qwen3Config  # noqa: E402
+from . import gguf_model
+from . import trainutil as tu
+from .model import Qwen3, Qwen3Config
 
 
 def load_target(path, dtype=None):

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import tokenizer as tok
-from train_target import batch_for_step
+from . import tokenizer as tok
+from .train_target import batch_for_step
 
 
 def load_generated(directories):

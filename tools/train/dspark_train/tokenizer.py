@@ -10,21 +10,19 @@ Choices (each matters for llama.cpp / dspark compatibility, see shared/platform-
   target and drafter share one vocabulary and one embedding table.
 Ids: <unk>=0, <s>=1, </s>=2, <mask>=3. A document is encoded as [BOS] + ids + [EOS].
 
-    /usr/bin/python3 tools/train/tokenizer.py train     # -> models/ref-tokenizer.model
-    /usr/bin/python3 tools/train/tokenizer.py encode    # -> $DSPARK_TRAIN_DIR/tokens-{split}.bin
+    /usr/bin/python3 -m dspark_train tokenizer train     # -> models/ref-tokenizer.model
+    /usr/bin/python3 -m dspark_train tokenizer encode    # -> $DSPARK_TRAIN_DIR/tokens-{split}.bin
 """
 import argparse
 import hashlib
 import io
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import corpus  # noqa: E402
-from paths import TOKENIZER_MODEL, train_dir  # noqa: E402
+from . import corpus
+from .paths import TOKENIZER_MODEL, train_dir
 
 VOCAB_SIZE = 4096
 UNK_ID, BOS_ID, EOS_ID, MASK_ID = 0, 1, 2, 3
@@ -138,10 +136,10 @@ def load_cache(split: str):
     return arr, int(chars)
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", choices=["train", "encode", "stats"])
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.cmd == "train":
         sp = train()
         print("wrote", TOKENIZER_MODEL, "sha256", model_sha256())

@@ -4,15 +4,14 @@ Resumable: a checkpoint (model, optimizer, RNG, step, tokens) is written to
 $DSPARK_TRAIN_DIR/target/ckpt.pt every --ckpt-minutes and on SIGTERM/SIGINT. The batch of step s is
 a pure function of (seed, s), so the step number is the whole data cursor.
 
-    nice -n 19 /usr/bin/python3 tools/train/train_target.py --resume          # start or continue
-    /usr/bin/python3 tools/train/train_target.py --init-from models/ref-target.gguf   # warm start
+    nice -n 19 /usr/bin/python3 -m dspark_train train-target --resume          # start or continue
+    /usr/bin/python3 -m dspark_train train-target --init-from models/ref-target.gguf   # warm start
 
 --init-from loads the weights of our own exported GGUF (fresh optimizer) and continues the token
 count from its `dspark.train.tokens` key: the recovery path when the train directory was lost.
 """
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -20,11 +19,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tokenizer as tok  # noqa: E402
-import trainutil as tu  # noqa: E402
-from model import Qwen3, Qwen3Config  # noqa: E402
-from paths import train_dir  # noqa: E402
+from . import tokenizer as tok
+from . import trainutil as tu
+from .model import Qwen3, Qwen3Config
+from .paths import train_dir
 
 
 def parse_args(argv=None):
@@ -94,7 +92,7 @@ def main(argv=None):
         cfg, model, opt, step, tokens = restored
         print(f"resumed from {ckpt_path}: step {step}, {tokens / 1e6:.2f}M tokens", flush=True)
     elif a.init_from:
-        import gguf_model  # only needed on this path
+        from . import gguf_model  # only needed on this path
         cfg, state, meta = gguf_model.load_qwen3(a.init_from)
         model = Qwen3(cfg).to(dev)
         model.load_state_dict(state)

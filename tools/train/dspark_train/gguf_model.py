@@ -4,17 +4,13 @@ q/k weights are written unpermuted: llama.cpp's converter permutes them only for
 architecture (interleaved RoPE); qwen3 uses NeoX RoPE, which model.py implements.
 Norm gains are F32 (ggml's norm ops want F32), matrices F16, embeddings tied (no output.weight).
 """
-import os
-import sys
-
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gguf_reader  # noqa: E402
-import gguf_vocab  # noqa: E402
-import gguf_writer as gw  # noqa: E402
-from model import Qwen3Config  # noqa: E402
+from . import gguf_reader
+from . import gguf_vocab
+from . import gguf_writer as gw
+from .model import Qwen3Config
 
 ARCH = "qwen3"
 

@@ -5,26 +5,24 @@ Data: --data corpus   random train-split windows, every position supervised;
                       target's own outputs): only generated positions are anchors/labels.
 Resumable like train_target.py ($DSPARK_TRAIN_DIR/dspark/ckpt.pt).
 
-    nice -n 19 /usr/bin/python3 tools/train/train_dspark.py --teacher models/ref-target.gguf --resume
-    /usr/bin/python3 tools/train/export_dspark.py
+    nice -n 19 /usr/bin/python3 -m dspark_train train-dspark --teacher models/ref-target.gguf --resume
+    /usr/bin/python3 -m dspark_train export-dspark
 """
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import teacher as teacher_mod  # noqa: E402
-import tokenizer as tok  # noqa: E402
-import trainutil as tu  # noqa: E402
-from dspark_loss import dspark_forward  # noqa: E402
-from dspark_model import DSpark, DSparkConfig  # noqa: E402
-from paths import TARGET_GGUF, train_dir  # noqa: E402
-from target_data import Data  # noqa: E402
+from . import teacher as teacher_mod
+from . import tokenizer as tok
+from . import trainutil as tu
+from .dspark_loss import dspark_forward
+from .dspark_model import DSpark, DSparkConfig
+from .paths import TARGET_GGUF, train_dir
+from .target_data import Data
 
 
 def parse_args(argv=None):

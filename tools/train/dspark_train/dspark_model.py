@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model import Attention, FeedForward, Qwen3Config, RMSNorm, apply_rope, repeat_kv, rope_tables
+from .model import Attention, FeedForward, Qwen3Config, RMSNorm, apply_rope, repeat_kv, rope_tables
 
 
 @dataclass

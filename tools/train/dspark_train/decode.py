@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from model import repeat_kv
+from .model import repeat_kv
 
 
 class KVCache:

@@ -4,13 +4,13 @@ It is the independent check that the exported file means what the PyTorch model 
 same tensor names, orientation (ne = [in, out]), per-head q/k norm, NeoX RoPE, GQA head mapping,
 tied output. float64 throughout, so differences to PyTorch are PyTorch's float32 rounding.
 
-    /usr/bin/python3 tools/train/ref_forward.py models/ref-target.gguf 1 2 3   # prints argmaxes
+    /usr/bin/python3 -m dspark_train ref-forward models/ref-target.gguf 1 2 3   # prints argmaxes
 """
-import sys
+import argparse
 
 import numpy as np
 
-import gguf_reader
+from . import gguf_reader
 
 
 def _rms(x, w, eps):
@@ -63,6 +63,14 @@ def forward(gguf, ids, arch="qwen3"):
     return x @ out_w.T
 
 
-if __name__ == "__main__":
-    logits = forward(sys.argv[1], [int(t) for t in sys.argv[2:]])
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("gguf")
+    ap.add_argument("ids", nargs="*", type=int, help="token ids")
+    a = ap.parse_args(argv)
+    logits = forward(a.gguf, a.ids)
     print(logits.argmax(-1).tolist())
+
+
+if __name__ == "__main__":
+    main()

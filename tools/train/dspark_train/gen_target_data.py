@@ -11,8 +11,8 @@ Two generators give sequences of the same shape and distribution:
                      port; prompts go in as token ids and the generated ids come back exactly
                      (dspark.return_tokens). About 10-20x faster on a CPU; only a GGUF teacher.
 
-    nice -n 19 /usr/bin/python3 tools/train/gen_target_data.py     # -> $DSPARK_TRAIN_DIR/target-gen/
-    /usr/bin/python3 tools/train/gen_target_data.py --engine build/bin/dspark --out DIR --seed 8 --temperature 0
+    nice -n 19 /usr/bin/python3 -m dspark_train gen-target-data     # -> $DSPARK_TRAIN_DIR/target-gen/
+    /usr/bin/python3 -m dspark_train gen-target-data --engine build/bin/dspark --out DIR --seed 8 --temperature 0
 """
 import argparse
 import contextlib
@@ -20,7 +20,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,12 +29,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import decode  # noqa: E402
-import teacher as teacher_mod  # noqa: E402
-import tokenizer as tok  # noqa: E402
-import trainutil as tu  # noqa: E402
-from paths import TARGET_GGUF, train_dir  # noqa: E402
+from . import decode
+from . import teacher as teacher_mod
+from . import tokenizer as tok
+from . import trainutil as tu
+from .paths import TARGET_GGUF, train_dir
 
 
 def sample(logits, gen, temperature, top_k, top_p):
@@ -130,7 +128,7 @@ class EngineGenerator:
         return torch.cat([prompts, torch.tensor(outs, dtype=torch.int64)], 1)
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--teacher", default=str(TARGET_GGUF))
     ap.add_argument("--out", default=None, help="shard directory (default $DSPARK_TRAIN_DIR/target-gen)")
@@ -145,7 +143,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
     ap.add_argument("--engine", default=None, help="dspark binary: generate with `dspark serve` instead of PyTorch")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     out = Path(a.out) if a.out else train_dir() / "target-gen"
     out.mkdir(parents=True, exist_ok=True)
     meta = {"prompt_len": a.prompt_len, "gen_len": a.gen_len, "teacher": a.teacher, "temperature": a.temperature,

@@ -1,10 +1,7 @@
 """The tokenizer's GGUF metadata (llama.cpp `llama`/SPM vocabulary) from the SentencePiece model."""
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gguf_writer as gw  # noqa: E402
-import tokenizer as tok  # noqa: E402
+from . import gguf_writer as gw
+from . import tokenizer as tok
 
 # llama_token_type as stored in tokenizer.ggml.token_type
 TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL, TYPE_USER_DEFINED, TYPE_UNUSED, TYPE_BYTE = 1, 2, 3, 4, 5, 6

@@ -8,32 +8,29 @@ tau = mean tokens per step (a + 1), acceptance per draft position (conditional o
 and for DSpark the confidence head's calibration: per position, mean predicted survival vs the
 realised acceptance rate.
 
-    /usr/bin/python3 tools/train/eval_drafters.py --draft models/ref-draft.gguf --dspark models/ref-dspark.gguf
+    /usr/bin/python3 -m dspark_train eval-drafters --draft models/ref-draft.gguf --dspark models/ref-dspark.gguf
 """
 import argparse
 import json
-import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import decode  # noqa: E402
-import gguf_model  # noqa: E402
-import gguf_reader  # noqa: E402
-import teacher as teacher_mod  # noqa: E402
-import tokenizer as tok  # noqa: E402
-import trainutil as tu  # noqa: E402
-from dspark_model import DSpark, DSparkConfig  # noqa: E402
-from paths import TARGET_GGUF  # noqa: E402
+from . import decode
+from . import gguf_model
+from . import gguf_reader
+from . import teacher as teacher_mod
+from . import tokenizer as tok
+from . import trainutil as tu
+from .dspark_model import DSpark, DSparkConfig
+from .paths import TARGET_GGUF
 
 
 def load_dspark(path):
     """DSpark from a training checkpoint or from our dflash GGUF."""
     if str(path).endswith(".gguf"):
-        import export_dspark
+        from . import export_dspark
         f = gguf_reader.read(path)
         md = f.metadata
         c = gguf_model.config_from_metadata(md, "dflash")
@@ -206,7 +203,7 @@ def eval_draft_model(target, draft, seqs, n_draft):
     return st.report()
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default=str(TARGET_GGUF))
     ap.add_argument("--draft", default=None, help="draft model GGUF (qwen3) or checkpoint")
@@ -223,7 +220,7 @@ def main():
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--val-manifest", default=None,
                     help="prompts from the validation files of this manifest (recorded as offline_eval_<manifest stem>)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     target = teacher_mod.load_target(a.target)
     seqs = prompts_and_continuations(target, a.n_prompts, a.prompt_len, a.gen_len, a.val_manifest)

@@ -6,7 +6,7 @@ tools/train/install-deps.sh installs, so the corpus is reproducible without a do
 assigned to train/val/test by a hash of their relative path, so the split does not depend on file
 order or on which files happen to exist: adding a package adds files to every split and moves none.
 
-    /usr/bin/python3 tools/train/corpus.py --write-manifest   # writes models/corpus-manifest.tsv
+    /usr/bin/python3 -m dspark_train corpus --write-manifest   # writes models/corpus-manifest.tsv
 
 DSPARK_CORPUS_MANIFEST=FILE restricts the corpus to the paths a manifest lists:
 models/corpus-manifest-v1.tsv is the stdlib without the testsuite package, on which the tokenizer
@@ -15,12 +15,10 @@ and the target's first phase were trained.
 import argparse
 import hashlib
 import os
-import sys
 import sysconfig
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paths import MANIFEST  # noqa: E402
+from .paths import MANIFEST
 
 SPLITS = ("train", "val", "test")
 
@@ -109,11 +107,11 @@ def check_manifest(path: Path = None, root: Path = None):
                          f"{len(h - w)} extra rows here, e.g. {sorted(w ^ h)[:3]}")
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--write-manifest", action="store_true")
     ap.add_argument("--check", action="store_true", help="compare this machine's stdlib to the manifest")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.write_manifest:
         print("manifest sha256", write_manifest())
     if a.check:

@@ -137,7 +137,7 @@ def resume_qwen3(ckpt_path: Path, lr: float, weight_decay: float, dev):
     ck = load_checkpoint(ckpt_path)
     if ck is None:
         return None
-    from model import Qwen3, Qwen3Config  # here: trainutil itself stays model-agnostic
+    from .model import Qwen3, Qwen3Config  # here: trainutil itself stays model-agnostic
 
     cfg = Qwen3Config(**ck["config"])
     model = Qwen3(cfg).to(dev)

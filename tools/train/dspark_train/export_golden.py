@@ -12,27 +12,25 @@ Tokenizer vectors: ref-vocab.gguf (the tokenizer metadata alone) with .inp/.out 
 llama.cpp's test-tokenizer-0 format (inputs separated by "\\n__ggml_vocab_test__\\n"; one line of
 ids per input, no BOS), produced by sentencepiece and checked against llama_spm.py.
 
-    /usr/bin/python3 tools/train/export_golden.py
+    /usr/bin/python3 -m dspark_train export-golden
 """
 import argparse
 import hashlib
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import corpus  # noqa: E402
-import gguf_model  # noqa: E402
-import gguf_vocab  # noqa: E402
-import gguf_writer as gw  # noqa: E402
-import llama_spm  # noqa: E402
-import ref_forward  # noqa: E402
-import tokenizer as tok  # noqa: E402
-from model import Qwen3  # noqa: E402
-from paths import REPO_ROOT, TARGET_GGUF  # noqa: E402
+from . import corpus
+from . import gguf_model
+from . import gguf_vocab
+from . import gguf_writer as gw
+from . import llama_spm
+from . import ref_forward
+from . import tokenizer as tok
+from .model import Qwen3
+from .paths import REPO_ROOT, TARGET_GGUF
 
 GOLDEN_DIR = REPO_ROOT / "tests" / "data" / "golden"
 N_LOGIT_POSITIONS = 4  # full logits are kept for the last positions only (file size)
@@ -73,7 +71,7 @@ def write_logits(path, model_path, ids):
     w.add_str("general.type", "dspark-golden")
     w.add_str("golden.model_file", os.path.relpath(model_path, REPO_ROOT))
     w.add_str("golden.model_sha256", hashlib.sha256(Path(model_path).read_bytes()).hexdigest())
-    w.add_str("golden.computed_by", "PyTorch float32 on the GGUF's weights (tools/train/export_golden.py)")
+    w.add_str("golden.computed_by", "PyTorch float32 on the GGUF's weights (tools/train/dspark_train/export_golden.py)")
     w.add_f32("golden.ref_max_abs_diff", diff)
     w.add_u32("golden.n_tokens", len(ids))
     w.add_array("golden.tokens", gw.INT32, ids)
@@ -89,8 +87,8 @@ def write_logits(path, model_path, ids):
 def write_dspark(path, target_path, dspark_path, ids):
     """Drafter outputs for context ids[:-1] and anchor ids[-1] (positions 0..n-1 and n), exactly as
     llama.cpp's driver runs one block: per-slot Markov-biased logits, the greedy chain, confidences."""
-    import eval_drafters
-    import teacher as teacher_mod
+    from . import eval_drafters
+    from . import teacher as teacher_mod
     target = teacher_mod.load_target(target_path)
     ds = eval_drafters.load_dspark(dspark_path)
     n = len(ids) - 1
@@ -106,7 +104,7 @@ def write_dspark(path, target_path, dspark_path, ids):
     w.add_str("golden.model_sha256", hashlib.sha256(Path(target_path).read_bytes()).hexdigest())
     w.add_str("golden.drafter_file", os.path.relpath(dspark_path, REPO_ROOT))
     w.add_str("golden.drafter_sha256", hashlib.sha256(Path(dspark_path).read_bytes()).hexdigest())
-    w.add_str("golden.computed_by", "PyTorch float32 on the GGUFs' weights (tools/train/export_golden.py)")
+    w.add_str("golden.computed_by", "PyTorch float32 on the GGUFs' weights (tools/train/dspark_train/export_golden.py)")
     w.add_array("golden.tokens", gw.INT32, ids)          # context (positions 0..n-1), then the anchor
     w.add_u32("golden.anchor_pos", n)
     w.add_array("golden.draft_tokens", gw.INT32, toks)   # greedy Markov chain, slot k predicts pos n+k+1
@@ -147,12 +145,12 @@ def write_tokenizer_vectors(sp, out_dir: Path):
     return len(texts)
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=str(TARGET_GGUF))
     ap.add_argument("--out-dir", default=str(GOLDEN_DIR))
     ap.add_argument("--dspark", default=None, help="also write DSpark drafter outputs (e.g. models/ref-dspark.gguf)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     torch.set_num_threads(2)
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -4,17 +4,15 @@ code-completion: a function's signature and docstring; the model continues the b
 repeat-edit:     a function, then a copy with a search-and-replace edit already started; the model
                  continues the copy (repeat-heavy, where drafters should accept long runs).
 
-    /usr/bin/python3 tools/train/prompts.py      # -> bench/prompts/{code-completion,repeat-edit}.jsonl
+    /usr/bin/python3 -m dspark_train prompts      # -> bench/prompts/{code-completion,repeat-edit}.jsonl
 """
+import argparse
 import ast
 import json
-import os
 import re
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import corpus  # noqa: E402
-from paths import REPO_ROOT  # noqa: E402
+from . import corpus
+from .paths import REPO_ROOT
 
 OUT_DIR = REPO_ROOT / "bench" / "prompts"
 
@@ -92,7 +90,8 @@ def write_jsonl(path, rows):
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     cc, re_ = code_completion(), repeat_edit()
     write_jsonl(OUT_DIR / "code-completion.jsonl", cc)
     write_jsonl(OUT_DIR / "repeat-edit.jsonl", re_)

@@ -9,14 +9,13 @@ Resumable like train_target.py ($DSPARK_TRAIN_DIR/draft/ckpt.pt).
 distils on the target's own continuations (the states speculation meets), the rest on corpus
 windows. --init warm-starts from another run's weights with a fresh optimizer and schedule.
 
-    nice -n 19 /usr/bin/python3 tools/train/train_draft.py --teacher models/ref-target.gguf --resume
-    nice -n 19 /usr/bin/python3 tools/train/train_draft.py --init $DSPARK_TRAIN_DIR/draft/ckpt.pt \
+    nice -n 19 /usr/bin/python3 -m dspark_train train-draft --teacher models/ref-target.gguf --resume
+    nice -n 19 /usr/bin/python3 -m dspark_train train-draft --init $DSPARK_TRAIN_DIR/draft/ckpt.pt \
         --out $DSPARK_TRAIN_DIR/draft-gen --data $DSPARK_TRAIN_DIR/target-gen --lr 1e-3 --resume
-    /usr/bin/python3 tools/train/export_draft.py
+    /usr/bin/python3 -m dspark_train export-draft
 """
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,14 +24,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import teacher as teacher_mod  # noqa: E402
-import tokenizer as tok  # noqa: E402
-import trainutil as tu  # noqa: E402
-from model import Qwen3, Qwen3Config  # noqa: E402
-from paths import TARGET_GGUF, train_dir  # noqa: E402
-from target_data import load_generated  # noqa: E402
-from train_target import batch_for_step, evaluate  # noqa: E402
+from . import teacher as teacher_mod
+from . import tokenizer as tok
+from . import trainutil as tu
+from .model import Qwen3, Qwen3Config
+from .paths import TARGET_GGUF, train_dir
+from .target_data import load_generated
+from .train_target import batch_for_step, evaluate
 
 DRAFT_CONFIG = dict(n_layer=2, n_embd=192, n_head=3, n_head_kv=1, head_dim=64, n_ff=512)
 

@@ -6,19 +6,16 @@ so the grown model computes exactly what the original did, and distillation (tra
 --init) then only has to learn what the extra depth adds. Used to give the bundled draft model
 more capacity without losing what its earlier phases learnt.
 
-    /usr/bin/python3 tools/train/grow_draft.py --ckpt $DSPARK_TRAIN_DIR/draft-v3/ckpt.pt \
+    /usr/bin/python3 -m dspark_train grow-draft --ckpt $DSPARK_TRAIN_DIR/draft-v3/ckpt.pt \
         --n-layer 4 --out $DSPARK_TRAIN_DIR/draft-grown/ckpt.pt
 """
 import argparse
-import os
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import trainutil as tu  # noqa: E402
-from model import Qwen3, Qwen3Config  # noqa: E402
+from . import trainutil as tu
+from .model import Qwen3, Qwen3Config
 
 
 def grow(config, state, n_layer):

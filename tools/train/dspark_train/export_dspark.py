@@ -6,24 +6,22 @@ dflash.block_size, dflash.sample_from_anchor = true (anchor-first), dflash.has_c
 tokenizer copied from the target (mask_token_id included). No token_embd / output tensors: the
 drafter uses the target's tied embedding table as both.
 
-    /usr/bin/python3 tools/train/export_dspark.py [--ckpt $DSPARK_TRAIN_DIR/dspark/ckpt.pt]
+    /usr/bin/python3 -m dspark_train export-dspark [--ckpt $DSPARK_TRAIN_DIR/dspark/ckpt.pt]
 """
 import argparse
 import hashlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gguf_model  # noqa: E402
-import gguf_vocab  # noqa: E402
-import gguf_writer as gw  # noqa: E402
-import tokenizer as tok  # noqa: E402
-import trainutil as tu  # noqa: E402
-from dspark_model import DSparkConfig  # noqa: E402
-from paths import DSPARK_GGUF, train_dir  # noqa: E402
+from . import gguf_model
+from . import gguf_vocab
+from . import gguf_writer as gw
+from . import tokenizer as tok
+from . import trainutil as tu
+from .dspark_model import DSparkConfig
+from .paths import DSPARK_GGUF, train_dir
 
 ARCH = "dflash"
 _ROOT = {"fc.weight": "fc.weight", "hidden_norm.weight": "enc.output_norm.weight",
@@ -59,11 +57,11 @@ def write_dspark(path, state, c: DSparkConfig, sp, name="dspark-ref-dspark", ext
     w.write(path)
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ckpt", default=str(train_dir() / "dspark" / "ckpt.pt"))
     ap.add_argument("--out", default=str(DSPARK_GGUF))
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     ck = tu.load_checkpoint(Path(a.ckpt))
     if ck is None:
         raise SystemExit(f"no checkpoint at {a.ckpt}")

@@ -1,15 +1,17 @@
 """Where the toolkit reads and writes.
 
-The repository work tree is re-laid between sessions, so everything large or long-lived that is
-not committed (token caches, checkpoints, logs) lives in DSPARK_TRAIN_DIR, outside the repository.
+Everything large or long-lived that is not committed (token caches, checkpoints, logs) lives in
+DSPARK_TRAIN_DIR: by default build/train under the repository root (ignored by git, like the rest
+of build/), anywhere else when the variable says so. Committed artefacts live in models/.
 """
 import os
 from pathlib import Path
 
-TOOLS_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent  # tools/train/dspark_train
+TOOLS_DIR = PACKAGE_DIR.parent                  # tools/train
 REPO_ROOT = TOOLS_DIR.parent.parent
 MODELS_DIR = REPO_ROOT / "models"
-TRAIN_DIR = Path(os.environ.get("DSPARK_TRAIN_DIR", "/work/dspark-train"))
+TRAIN_DIR = Path(os.environ.get("DSPARK_TRAIN_DIR") or REPO_ROOT / "build" / "train")
 
 # Committed artefacts: the tokenizer and the corpus manifest pin the exact training data.
 TOKENIZER_MODEL = MODELS_DIR / "ref-tokenizer.model"

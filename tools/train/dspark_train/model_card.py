@@ -1,14 +1,12 @@
 """Regenerate models/README.md from the summaries the exporters write (models/ref-*.json).
 
-    /usr/bin/python3 tools/train/model_card.py
+    /usr/bin/python3 -m dspark_train model-card
 """
+import argparse
+import hashlib
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paths import MANIFEST, MODELS_DIR  # noqa: E402
-import hashlib  # noqa: E402
+from .paths import MANIFEST, MODELS_DIR
 
 QUALITY_BAR = 2.4  # nats/token on the validation split (issue 3)
 ROLES = [("ref-target", "target (`qwen3`)"), ("ref-draft", "draft model (`qwen3`, draft-simple)"),
@@ -40,7 +38,8 @@ pin the exact data.
 """
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     manifest_sha = hashlib.sha256(MANIFEST.read_bytes()).hexdigest()
     out = [HEADER]
     out.append(f"Corpus manifest sha256: `{manifest_sha}`\n\n")
@@ -156,7 +155,8 @@ Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
 
 ```sh
 tools/train/install-deps.sh
-/usr/bin/python3 tools/train/corpus.py --check            # the stdlib here matches the manifest
+export PYTHONPATH=$PWD/tools/train                        # the toolkit's package, dspark_train
+/usr/bin/python3 -m dspark_train corpus --check           # the stdlib here matches the manifest
 tools/train/pipeline.sh data                              # tokenizer (phase-1 corpus) + token caches
 tools/train/launch_pipeline.sh                            # background, resumable (hours on CPU):
 #   target phase 1 -> export -> target data -> draft model and DSpark phases 1-3 (phase-1 corpus),
