@@ -18,6 +18,7 @@
 
 #include "model/model.h"
 #include "spec/drafter.h"
+#include "spec/planner.h"
 #include "spec/scheduler.h"
 #include "spec/stats.h"
 #include "spec/stop_strings.h"
@@ -92,7 +93,21 @@ class BatchEngine {
 
  private:
   struct Sequence;
+  // What the forward pass of a step produced, for the phases that commit it.
+  struct Pass {
+    ForwardOutput out;
+    double ms = 0;
+    std::vector<int> logit_index;  // batch row -> logits row (-1: none)
+  };
+  void ApplyCancellations();
   void Admit();
+  double Propose(const std::vector<Sequence*>& decoding, int prompt_rows);
+  void PlanVerification(const std::vector<Sequence*>& decoding, int prompt_rows);
+  Result<Pass> RunPass(const std::vector<Sequence*>& decoding, const std::vector<Sequence*>& prefilling,
+                       double draft_ms);
+  void CommitPrompts(const std::vector<Sequence*>& prefilling, const Pass& pass, int n_sequences);
+  Result<int> VerifyAndCommit(const std::vector<Sequence*>& decoding, const Pass& pass);
+  TapRows Taps(const Pass& pass, const Sequence& s, int pos0, int n_rows) const;
   void Finish(Sequence& s, std::string reason);
   bool Emit(Sequence& s, int32_t id, TokenSource source);
   void FailDrafter(Sequence& s, const Status& status);
@@ -105,8 +120,8 @@ class BatchEngine {
   std::vector<int> tap_layers_;
   KvCache cache_;
   CostModel cost_;
-  // Learns from every request's steps; new requests start from it (DraftScheduler::Seed).
-  std::unique_ptr<DraftScheduler> learned_;
+  // Decides every sequence's draft length; null for plain decoding.
+  std::unique_ptr<DraftPlanner> planner_;
   SpecStats cumulative_;
 
   mutable std::mutex mu_;  // guards queue_, cancelled_, next_id_
@@ -121,10 +136,6 @@ class BatchEngine {
 // rows and returns the logits of the last row (drafters with their own model use it too).
 Result<std::vector<float>> Prefill(Model& model, KvCache& cache, ThreadPool& pool, int seq,
                                    const std::vector<int32_t>& ids, int start_pos, int chunk);
-
-// Measures one target pass over r rows (all returning logits) for r on a grid up to max_rows,
-// on top of a short context in sequence `seq`, leaving the cache as it was.
-Result<CostModel> ProfileVerifyCost(Model& model, KvCache& cache, ThreadPool& pool, int seq, int max_rows);
 
 // Checks that a prompt of n tokens fits a context of n_ctx with room for at least one token.
 Status CheckPromptFits(int prompt_tokens, int n_ctx);

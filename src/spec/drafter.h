@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "sampling/sampling.h"
-#include "spec/prob_calibration.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
 
@@ -23,28 +22,32 @@ struct DrafterNeeds {
   // Draft.survival comes from a trained confidence head (worth scheduling on by default), not
   // from draft probabilities.
   bool confidence_head = false;
-  // Propose honours DraftParams::min_survival (a drafter that pays per drafted token: the
-  // adaptive scheduler then asks for up to the cap and lets each draft end where it stops paying).
-  bool stops_on_survival = false;
+  // The drafter pays per drafted token and asks DraftParams::stop before each one (the draft
+  // model): the planner then asks for up to the cap and lets each draft end where it stops paying.
+  bool asks_before_each_token = false;
+};
+
+// How far a drafter drafts, decided by the planner (spec/planner.h) and put to the drafter in terms
+// every drafter can answer: each token's own confidence, the drafter's probability of the token or
+// a confidence head's value. Drafters know nothing of costs, calibration or schedules.
+class DraftStop {
+ public:
+  virtual ~DraftStop() = default;
+  // Whether a token drafted with this confidence is kept; false: it is dropped and the draft ends.
+  virtual bool Keep(float confidence) const = 0;
+  // Whether to draft one more token after kept tokens with these confidences.
+  virtual bool More(std::span<const float> confidences) const = 0;
 };
 
 struct DraftParams {
-  int budget = 8;                 // propose at most this many tokens
-  SamplingParams sampling;        // the target's sampling; drafts are sampled from the same transforms
-  float p_min = 0.0f;             // stop before the first token whose draft probability is below
-  // Adaptive scheduling (drafters with DrafterNeeds::stops_on_survival): draft the next token only
-  // while it is expected to pay for its drafting and verification: while the draft's predicted
-  // survival so far (the product of calibration->Acceptance(prob) over its tokens) times
-  // calibration->MeanAcceptance() (the next token's probability is not known before it is
-  // drafted) is at least min_survival. The first token is always drafted. 0 or no calibration: off.
-  float min_survival = 0.0f;
-  const ProbCalibration* calibration = nullptr;
+  int budget = 8;                   // propose at most this many tokens
+  SamplingParams sampling;          // the target's sampling; drafts are sampled from the same transforms
+  const DraftStop* stop = nullptr;  // null: draft the whole budget
   // Rows of context a drafter behind it may read before drafting; 0 = all of them. A drafter with
   // its own cache (the draft model) that is further behind skips the older unseen rows: its
   // context keeps what it had, then a gap, then the last max_catch_up tokens at their true
-  // positions. The engine sets it for probes (DraftScheduler::probing): catching up on every row
-  // since the last probe cost the draft model ~10 us a row, ~3% of plain decoding's time for as
-  // long as probes went on, on text where drafting did not pay.
+  // positions. The planner sets it for probes, which must stay cheap on text where drafting does
+  // not pay.
   int max_catch_up = 0;
 };
 
@@ -54,8 +57,8 @@ struct Draft {
   // top-k / top-p / min-p transforms as the target). Empty: the draft is deterministic (q is
   // one-hot on the token), as for n-gram lookup or greedy drafting.
   std::vector<std::vector<float>> q;
-  // Per token, the drafter's own probability of it (softmax of its logits); used by the
-  // --spec-draft-p-min cut. Empty if the drafter has none.
+  // Per token, the drafter's own probability of it (softmax of its logits): its confidence where
+  // it has no confidence head. Empty if the drafter has none.
   std::vector<float> probs;
   // Per slot, a calibrated estimate that the prefix up to and including this token survives
   // verification (a trained confidence head). Empty if the drafter has none; schedulers then
@@ -88,7 +91,8 @@ class Drafter {
  public:
   virtual ~Drafter() = default;
 
-  // Stable lowercase id: "ngram", "draft-model", "synthetic", "dspark".
+  // Stable lowercase id, the --spec-type name that makes it: "draft-simple", "draft-dspark",
+  // "draft-dflash", "ngram", "synthetic"; prompt lookup in front of a model: "ngram+draft-simple".
   virtual std::string_view Name() const = 0;
   virtual DrafterNeeds Needs() const { return {}; }
 

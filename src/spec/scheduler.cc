@@ -7,13 +7,8 @@ namespace dspark {
 namespace {
 // Optimistic prior so a new drafter gets to show what it can do.
 constexpr double kPriorAcceptance = 0.7;
-// Weight of a new observation in the per-position acceptance and draft-cost averages.
+// Weight of a new observation in the per-position acceptance averages.
 constexpr double kEma = 0.1;
-// Passes of one row count before its own average replaces the scaled profile, the weight of a new
-// pass in those averages, and the largest row count tracked on its own.
-constexpr int kMinObserved = 3;
-constexpr double kCostEma = 0.05;
-constexpr int kMaxObservedRows = 512;
 // Decay of the calibration sums per observation (a memory of ~50 drafts).
 constexpr double kCalibrationDecay = 0.02;
 // The prior counts as this many observations: a drafter that misses from the start is dropped
@@ -26,118 +21,6 @@ constexpr double kDraftMargin = 1.03;
 // (estimates only move when drafts are verified).
 constexpr double kMaxProbeRatio = 256.0;
 }  // namespace
-
-CostModel::CostModel(const std::vector<double>& verify_ms) {
-  for (size_t i = 0; i < verify_ms.size(); ++i) points_.emplace_back(static_cast<int>(i) + 1, verify_ms[i]);
-}
-
-double CostModel::VerifyMs(int rows) const {
-  if (points_.empty()) return static_cast<double>(rows);
-  if (rows < static_cast<int>(observed_.size()) && observed_[rows].count >= kMinObserved) return observed_[rows].ms;
-  return ProfiledMs(rows) * scale_;
-}
-
-void CostModel::Observe(int rows, double ms) {
-  if (points_.empty() || rows < 1 || rows > kMaxObservedRows || !(ms > 0)) return;
-  if (rows >= static_cast<int>(observed_.size())) observed_.resize(rows + 1);
-  Observed& o = observed_[rows];
-  const double w = std::max(kCostEma, 1.0 / ++o.count);
-  o.ms = (1 - w) * o.ms + w * ms;
-  const double ws = std::max(kCostEma, 1.0 / ++scale_count_);
-  scale_ = (1 - ws) * scale_ + ws * (ms / ProfiledMs(rows));
-}
-
-double CostModel::ProfiledMs(int rows) const {
-  if (rows <= points_.front().first) return points_.front().second;
-  for (size_t i = 1; i < points_.size(); ++i) {
-    const auto [r1, m1] = points_[i];
-    if (rows <= r1) {
-      const auto [r0, m0] = points_[i - 1];
-      return m0 + (m1 - m0) * (rows - r0) / static_cast<double>(r1 - r0);
-    }
-  }
-  const size_t n = points_.size();
-  const double slope = n >= 2 ? std::max(0.0, (points_[n - 1].second - points_[n - 2].second) /
-                                                  (points_[n - 1].first - points_[n - 2].first))
-                              : points_[0].second;
-  return points_[n - 1].second + slope * (rows - points_[n - 1].first);
-}
-
-double DecodeShareMs(const CostModel& cost, int decode_rows, int prompt_rows, int extra_rows) {
-  const int base = std::max(decode_rows, 1);
-  if (prompt_rows <= 0) return cost.VerifyMs(base + extra_rows);
-  if (extra_rows <= 0) return cost.VerifyMs(base);
-  return cost.VerifyMs(base) + cost.VerifyMs(base + prompt_rows + extra_rows) - cost.VerifyMs(base + prompt_rows);
-}
-
-std::vector<int> AdmitDraftSlots(const std::vector<std::vector<double>>& survival, int base_rows,
-                                 double base_tokens, const CostModel& cost, int prompt_rows) {
-  struct Slot {
-    double survival;
-    int seq, index;
-  };
-  std::vector<Slot> slots;
-  for (size_t s = 0; s < survival.size(); ++s)
-    for (size_t i = 0; i < survival[s].size(); ++i) slots.push_back({survival[s][i], static_cast<int>(s), static_cast<int>(i)});
-  // Highest survival first; within a sequence survival never rises, and a stable sort keeps slot order on ties,
-  // so every prefix of this order is a set of per-sequence prefixes.
-  std::stable_sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.survival > b.survival; });
-  double expected = base_tokens;
-  double best_rate = expected / DecodeShareMs(cost, base_rows, prompt_rows, 0);
-  size_t best_len = 0;
-  for (size_t n = 1; n <= slots.size(); ++n) {
-    expected += slots[n - 1].survival;
-    const double rate = expected / DecodeShareMs(cost, base_rows, prompt_rows, static_cast<int>(n));
-    if (rate > best_rate) {
-      best_rate = rate;
-      best_len = n;
-    }
-  }
-  std::vector<int> k(survival.size(), 0);
-  for (size_t n = 0; n < best_len; ++n) k[slots[n].seq] = std::max(k[slots[n].seq], slots[n].index + 1);
-  return k;
-}
-
-void DraftCostModel::Observe(int proposed, double ms) {
-  if (proposed <= 0) return;
-  const double k = proposed;
-  w_ = (1 - kEma) * w_ + kEma;
-  sk_ = (1 - kEma) * sk_ + kEma * k;
-  skk_ = (1 - kEma) * skk_ + kEma * k * k;
-  sy_ = (1 - kEma) * sy_ + kEma * ms;
-  sky_ = (1 - kEma) * sky_ + kEma * k * ms;
-  Refit();
-}
-
-void DraftCostModel::Refit() {
-  const double mk = sk_ / w_, my = sy_ / w_;
-  const double var = skk_ / w_ - mk * mk;
-  // Proposals of (nearly) one length cannot separate the two terms: charge it all per token, the
-  // cautious reading for shorter drafts.
-  if (var < 0.25) {
-    fixed_ = 0;
-    per_token_ = my / mk;
-    return;
-  }
-  per_token_ = std::max(0.0, (sky_ / w_ - mk * my) / var);
-  fixed_ = my - per_token_ * mk;
-  if (fixed_ < 0) {
-    fixed_ = 0;
-    per_token_ = my / mk;
-  }
-}
-
-double DraftCostModel::Ms(int k) const { return k <= 0 ? 0.0 : fixed_ + per_token_ * k; }
-
-void DraftCostModel::ObserveCatchUp(int proposed, int behind_rows, double ms) {
-  if (proposed <= 0 || behind_rows <= 0) return;
-  // Per row as a ratio of decayed sums, not a mean of ratios: a few rows ride along in the
-  // proposal's first pass almost free, a long pause costs its rows, and the slope must come from
-  // the long ones.
-  excess_sum_ = (1 - kEma) * excess_sum_ + kEma * std::max(0.0, ms - Ms(proposed));
-  behind_sum_ = (1 - kEma) * behind_sum_ + kEma * behind_rows;
-  per_behind_row_ = excess_sum_ / behind_sum_;
-}
 
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, CostModel cost)
     : options_(options), own_cost_(std::move(cost)), accept_(std::max(options.n_max, 1), kPriorAcceptance),

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "spec/drafters/ngram.h"
+#include "spec/planner.h"
 #include "spec/prob_calibration.h"
 #include "spec/scheduler.h"
 #include "spec/stats.h"

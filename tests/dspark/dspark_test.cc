@@ -15,6 +15,7 @@
 #include "spec/drafters/factory.h"
 #include "model/testing/tiny_models.h"
 #include "spec/engine.h"
+#include "spec/planner.h"
 #include "spec/testing/sampling_check.h"
 
 namespace dspark {
@@ -271,7 +272,9 @@ TEST_F(DSpark, ConfidenceCutStopsBeforeFirstLowConfidenceSlot) {
   size_t want = 0;
   while (want < conf.size() && conf[want] >= p_min) ++want;
   FeedPrompt(ds, 0, prompt);
-  dp.p_min = p_min;
+  SurvivalStop stop;
+  stop.p_min = p_min;
+  dp.stop = &stop;
   auto cut = ds->Propose(0, prompt, dp, rng);
   ASSERT_TRUE(cut.ok());
   EXPECT_EQ(cut->tokens.size(), want);

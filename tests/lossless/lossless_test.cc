@@ -18,6 +18,7 @@
 #include "spec/batch_engine.h"
 #include "spec/drafters/synthetic.h"
 #include "spec/engine.h"
+#include "spec/planner.h"
 #include "spec/testing/broken_verifiers.h"
 #include "spec/testing/sampling_check.h"
 
@@ -151,16 +152,18 @@ TEST_F(Lossless, DraftModelStopsWhereItsDraftsPredictedSurvivalFallsBelowTheBar)
   const auto prompt = Prompt(2);
   ASSERT_GE(prompt.size(), 12u);
   auto d = DraftModel(other_path_, 256);
-  ASSERT_TRUE(d->Needs().stops_on_survival);
+  ASSERT_TRUE(d->Needs().asks_before_each_token);
   const ProbCalibration prior;
   int stopped_early = 0;
   for (float bar : {0.9f, 0.5f, 0.2f, 0.05f}) {
     for (int cut = 4; cut <= 12; ++cut) {
       const std::vector<int32_t> context(prompt.begin(), prompt.begin() + cut);
+      SurvivalStop stop;
+      stop.min_survival = bar;
+      stop.calibration = &prior;
       DraftParams dp;
       dp.budget = 8;
-      dp.min_survival = bar;
-      dp.calibration = &prior;
+      dp.stop = &stop;
       Rng rng(1);
       ASSERT_TRUE(d->Begin(0).ok());
       auto draft = d->Propose(0, context, dp, rng);
@@ -180,7 +183,7 @@ TEST_F(Lossless, DraftModelStopsWhereItsDraftsPredictedSurvivalFallsBelowTheBar)
       }
       // Without the bar the same context drafts the full budget, starting with the same tokens.
       DraftParams full = dp;
-      full.min_survival = 0;
+      full.stop = nullptr;
       auto whole = d->Propose(0, context, full, rng);
       ASSERT_TRUE(whole.ok());
       ASSERT_EQ(whole->tokens.size(), 8u);
@@ -192,7 +195,7 @@ TEST_F(Lossless, DraftModelStopsWhereItsDraftsPredictedSurvivalFallsBelowTheBar)
 
 TEST_F(Lossless, LookupFirstProposesRepeatsForFreeAndBatchesTheRestThroughTheModel) {
   LookupFirstDrafter d(NgramOptions{2, 3}, DraftModel(other_path_, 256));
-  EXPECT_EQ(d.Name(), "ngram+draft-model");
+  EXPECT_EQ(d.Name(), "ngram+draft-simple");
   const std::vector<int32_t> repeats = {1, 5, 6, 7, 8, 9, 5, 6};  // "5 6" occurred before: 7 8 9 follow
   const std::vector<int32_t> fresh = Prompt(0);                   // no repeated bigram
   ASSERT_TRUE(NgramLookup(fresh, 2, 3, 4).empty());

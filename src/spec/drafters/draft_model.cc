@@ -113,21 +113,10 @@ namespace {
 constexpr size_t kMaxSharedCatchUp = 64;
 }  // namespace
 
-std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const ProposeRequest> requests) {
-  const int n_vocab = model_->config().n_vocab;
-  std::vector<Result<Draft>> results(requests.size(), Result<Draft>(Draft()));
-  struct Active {
-    size_t request;
-    int budget;
-    int logits_row;  // row of the last pass's logits that continues this draft
-    double survival = 1.0;  // predicted survival of the draft so far (DraftParams::min_survival)
-  };
+std::vector<DraftModelDrafter::Active> DraftModelDrafter::StartDrafts(std::span<const ProposeRequest> requests,
+                                                                       std::vector<Result<Draft>>& results, Batch& batch,
+                                                                       std::vector<std::vector<float>>& own_logits) {
   std::vector<Active> active;
-  Batch batch;
-  std::vector<std::vector<float>> own_logits(requests.size());  // sequences that caught up alone
-
-  // 1. Bring every cache to its context, running at least the last context token (its logits start
-  // the draft). Short catch-ups share one pass.
   for (size_t i = 0; i < requests.size(); ++i) {
     const ProposeRequest& r = requests[i];
     const int n_ctx_tokens = static_cast<int>(r.context.size());
@@ -158,10 +147,28 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
     }
     active.push_back({i, budget, 0});
   }
+  return active;
+}
 
-  // 2. Draft step by step; each pass holds one row per sequence still drafting.
+int32_t DraftModelDrafter::DrawToken(const float* logits, int n_vocab, const ProposeRequest& r, std::vector<float>& q,
+                                     float* prob) {
+  // Greedy: the argmax and its probability in two vectorised passes that write nothing.
+  if (r.params.sampling.greedy()) return static_cast<int32_t>(ops::ArgMax(logits, n_vocab, prob));
+  ComputeProbs(logits, n_vocab, r.params.sampling, &q);
+  const int32_t tok = SampleFromWeights(q, *r.rng);
+  *prob = q[tok];
+  return tok;
+}
+
+std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const ProposeRequest> requests) {
+  const int n_vocab = model_->config().n_vocab;
+  std::vector<Result<Draft>> results(requests.size(), Result<Draft>(Draft()));
+  Batch batch;
+  std::vector<std::vector<float>> own_logits(requests.size());  // sequences that caught up alone
+  std::vector<Active> active = StartDrafts(requests, results, batch, own_logits);
+
+  // Draft step by step; each pass holds one row per sequence still drafting.
   std::vector<float> q;
-  // Confidence uses the draft's untempered distribution, as llama.cpp's p_min does.
   for (int step = 0; !active.empty(); ++step) {
     ForwardOutput out;
     if (batch.size() > 0) {
@@ -192,33 +199,20 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
       const ProposeRequest& r = requests[a.request];
       Draft& d = *results[a.request];
       const float* logits = a.logits_row >= 0 ? out.Logits(a.logits_row, n_vocab) : own_logits[a.request].data();
-      int32_t tok;
-      float prob;
-      if (r.params.sampling.greedy()) {
-        // The argmax and its probability (for p-min, the survival stop and the statistics) in two
-        // vectorised passes that write nothing.
-        tok = static_cast<int32_t>(ops::ArgMax(logits, n_vocab, &prob));
-      } else {
-        ComputeProbs(logits, n_vocab, r.params.sampling, &q);
-        tok = SampleFromWeights(q, *r.rng);
-        prob = q[tok];
-      }
-      if (r.params.p_min > 0 && prob < r.params.p_min) continue;
+      float prob = 0;
+      const int32_t tok = DrawToken(logits, n_vocab, r, q, &prob);
+      if (r.params.stop != nullptr && !r.params.stop->Keep(prob)) continue;
       d.tokens.push_back(tok);
       if (!r.params.sampling.greedy()) d.q.push_back(q);
       d.probs.push_back(prob);
       if (static_cast<int>(d.tokens.size()) == a.budget) continue;
-      // Decide before drafting the next token, from what it is expected to add: deciding after it
+      // Asked before drafting the next token, from what it is expected to add: deciding after it
       // (its own probability known) spent a draft pass on the token that failed the bar in nearly
-      // every draft, and the scheduler's cut then dropped it (one held-out prompt: 153 -> 124 draft
-      // passes for 128 tokens, the same drafts; a replay of 3,683 steps predicted +2% tok/s).
-      if (r.params.calibration != nullptr && r.params.min_survival > 0) {
-        a.survival *= r.params.calibration->Acceptance(prob);
-        if (a.survival * r.params.calibration->MeanAcceptance() < r.params.min_survival) continue;
-      }
+      // every draft, and the planner then dropped it.
+      if (r.params.stop != nullptr && !r.params.stop->More(d.probs)) continue;
       batch.Add(tok, static_cast<int>(r.context.size()) + step, r.seq, true);
       cached_[r.seq].push_back(tok);
-      still.push_back({a.request, a.budget, 0, a.survival});
+      still.push_back({a.request, a.budget, 0});
     }
     active.swap(still);
   }

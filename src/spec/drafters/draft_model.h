@@ -22,11 +22,11 @@ class DraftModelDrafter final : public Drafter {
   static Result<std::unique_ptr<DraftModelDrafter>> Create(std::unique_ptr<Model> draft, const Tokenizer& draft_vocab,
                                                            const Tokenizer& target_vocab, ThreadPool& pool, int n_ctx,
                                                            int max_draft = 16, int n_seq = 1);
-  std::string_view Name() const override { return "draft-model"; }
+  std::string_view Name() const override { return "draft-simple"; }
   DrafterNeeds Needs() const override {
     DrafterNeeds n;
     n.max_draft = max_draft_;
-    n.stops_on_survival = true;
+    n.asks_before_each_token = true;
     return n;
   }
   Status Begin(int seq) override;
@@ -46,6 +46,22 @@ class DraftModelDrafter final : public Drafter {
   // Brings the draft cache of `seq` to context[0..upto): keeps the longest common prefix, runs the
   // rest; returns the logits of the last row run (empty if nothing ran).
   Result<std::vector<float>> SyncCache(int seq, std::span<const int32_t> context, size_t upto, int* passes);
+
+  // A sequence still drafting in ProposeBatch.
+  struct Active {
+    size_t request;
+    int budget;
+    int logits_row;  // row of the last pass's logits that continues this draft (-1: own_logits)
+  };
+  // ProposeBatch's first phase: brings every cache to its context, running at least the last
+  // context token (its logits start the draft). Short catch-ups go into `batch`, the first shared
+  // pass; long ones run alone now and leave their logits in own_logits. Returns who drafts.
+  std::vector<Active> StartDrafts(std::span<const ProposeRequest> requests, std::vector<Result<Draft>>& results,
+                                  Batch& batch, std::vector<std::vector<float>>& own_logits);
+  // Draws the next token of a draft from its logits: the argmax, or a sample from q (the target's
+  // transforms) at temperature > 0; *prob receives the token's probability, its confidence.
+  static int32_t DrawToken(const float* logits, int n_vocab, const ProposeRequest& r, std::vector<float>& q,
+                           float* prob);
 
   DraftModelDrafter(std::unique_ptr<Model> draft, ThreadPool& pool, int n_ctx, int max_draft, int n_seq);
 

@@ -149,7 +149,7 @@ std::vector<Result<Draft>> DSparkDrafter::ProposeBatch(std::span<const ProposeRe
     ChainOptions& co = chains[j].options;
     co.max_tokens = std::min(r.params.budget, c.max_drafts());
     co.sampling = r.params.sampling;
-    co.p_min = r.params.p_min;
+    co.stop = r.params.stop;
     co.keep_logits = keep_logits_;
     chains[j].block = &st.block;
     chains[j].anchor = r.context.back();

@@ -28,7 +28,7 @@ class DSparkDrafter final : public Drafter {
   static Result<std::unique_ptr<DSparkDrafter>> Create(std::unique_ptr<DflashModel> model, BlockDraftKind kind,
                                                        ThreadPool& pool, int n_ctx, bool full_block = false);
 
-  std::string_view Name() const override { return kind_ == BlockDraftKind::kDSpark ? "dspark" : "dflash"; }
+  std::string_view Name() const override { return kind_ == BlockDraftKind::kDSpark ? "draft-dspark" : "draft-dflash"; }
   DrafterNeeds Needs() const override;
   Status Begin(int seq) override;
   Status ObserveTaps(int seq, const TapRows& rows) override;

@@ -99,7 +99,7 @@ void RunChains(const DflashModel& model, std::span<ChainJob> jobs, ThreadPool& p
       // The token's own probability is what schedules and cuts a draft without a confidence head;
       // with one it is not read, and a softmax over the vocabulary per slot is not free.
       const float prob = c.has_confidence ? 0.0f : ProbAt(z.data(), V, tok);
-      if (options.p_min > 0 && (c.has_confidence ? conf : prob) < options.p_min) continue;
+      if (options.stop != nullptr && !options.stop->Keep(c.has_confidence ? conf : prob)) continue;
       out->tokens.push_back(tok);
       out->prob.push_back(prob);
       if (c.has_confidence) out->confidence.push_back(conf);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sampling/sampling.h"
+#include "spec/drafter.h"
 #include "spec/drafters/dflash_forward.h"
 
 namespace dspark {
@@ -22,7 +23,9 @@ namespace dspark {
 struct ChainOptions {
   int max_tokens = 16;       // at most this many slots (clamped to the layout's draft slots)
   SamplingParams sampling;   // the target's transforms; greedy chains with argmax
-  float p_min = 0.0f;        // stop before the first slot with c_i < p_min (draft prob without a confidence head)
+  // Ends the chain before the first slot it does not keep, judged on the slot's confidence c_i
+  // (the draft probability without a confidence head). Null: the whole block.
+  const DraftStop* stop = nullptr;
   bool keep_logits = false;  // return the biased logits (tests, goldens)
 };
 
