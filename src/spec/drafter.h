@@ -65,9 +65,10 @@ struct Draft {
   // use the acceptance measured so far.
   std::vector<float> survival;
   int forward_passes = 0;  // drafter model passes spent on this draft (statistics)
-  // Proposed by prompt lookup in front of a model drafter (LookupFirstDrafter): the scheduler
-  // measures its acceptance apart from the model's drafts and does not count it as drafting cost.
-  bool lookup = false;
+  // Which proposer of a composite drafter made the draft: 0, the drafter's own model; 1, a second
+  // proposer that costs no drafting passes (LookupFirstDrafter's prompt lookup). The planner
+  // measures acceptance per source and learns drafting cost from source 0 alone.
+  int source = 0;
 };
 
 // A view of target hidden states for rows the target just committed: taps[t] points at

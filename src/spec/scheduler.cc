@@ -24,7 +24,7 @@ constexpr double kMaxProbeRatio = 256.0;
 
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, CostModel cost)
     : options_(options), own_cost_(std::move(cost)), accept_(std::max(options.n_max, 1), kPriorAcceptance),
-      lookup_accept_(std::max(options.n_max, 1), kPriorAcceptance), predicted_sum_(accept_.accept.size(), 0.0),
+      second_accept_(std::max(options.n_max, 1), kPriorAcceptance), predicted_sum_(accept_.accept.size(), 0.0),
       realised_sum_(accept_.accept.size(), 0.0) {}
 
 void DraftScheduler::PositionAcceptance::Observe(int verified, int accepted) {
@@ -178,7 +178,7 @@ int DraftScheduler::Cut(const Draft& draft) const {
 
 DraftScheduler DraftScheduler::Seed() const {
   DraftScheduler s = *this;
-  for (PositionAcceptance* a : {&s.accept_, &s.lookup_accept_})
+  for (PositionAcceptance* a : {&s.accept_, &s.second_accept_})
     for (int& n : a->observed) n = std::min(n, static_cast<int>(kPriorWeight));
   s.probe_credit_ = 0;
   s.probe_ratio_ = kFirstProbeRatio;
@@ -189,7 +189,7 @@ DraftScheduler DraftScheduler::Seed() const {
 std::vector<double> DraftScheduler::MeasuredSurvival(int k) const { return accept_.Survival(k); }
 
 std::vector<double> DraftScheduler::SurvivalOf(const Draft& draft, int k) const {
-  if (draft.lookup) return lookup_accept_.Survival(k);
+  if (draft.source != 0) return second_accept_.Survival(k);
   std::vector<double> surv = MeasuredSurvival(k);
   if (draft.survival.empty() && !draft.probs.empty()) {
     // Past the tokens with probabilities (none in practice), the measured conditional acceptance.
@@ -216,9 +216,9 @@ std::vector<double> DraftScheduler::SurvivalOf(const Draft& draft, int k) const 
 }
 
 void DraftScheduler::Observe(const Draft& draft, int verified, int accepted, double draft_ms, int behind_rows) {
-  if (draft.lookup) {
-    // Free drafts: they teach nothing about the model drafter's cost or acceptance.
-    lookup_accept_.Observe(verified, accepted);
+  if (draft.source != 0) {
+    // Drafts from the free second source teach nothing about the model's cost or acceptance.
+    second_accept_.Observe(verified, accepted);
     return;
   }
   // Token i was reached iff the tokens before it were accepted; it survived iff i < accepted.

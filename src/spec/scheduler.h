@@ -128,7 +128,7 @@ class DraftScheduler {
     std::vector<int> observed;
   };
   PositionAcceptance accept_;         // the drafter's own drafts
-  PositionAcceptance lookup_accept_;  // drafts from prompt lookup (Draft::lookup), measured apart
+  PositionAcceptance second_accept_;  // drafts of the second source (Draft::source), measured apart
   // Decayed sums over verified slots of predicted survival and realised survival (0/1).
   std::vector<double> predicted_sum_, realised_sum_;
   ProbCalibration prob_cal_;

@@ -389,7 +389,7 @@ TEST(Scheduler, PromptLookupDraftsAreMeasuredApartFromTheModelsDrafts) {
   DraftScheduler s(o, CostModel({1.0, 1.1, 1.2, 1.3, 1.4}));
   Draft lookup, model;
   lookup.tokens = model.tokens = {1, 2, 3, 4};
-  lookup.lookup = true;
+  lookup.source = 1;
   for (int i = 0; i < 40; ++i) {
     s.Observe(lookup, 4, 0, 0.0);  // the lookup's guesses always fail
     s.Observe(model, 4, 4, 0.4);   // the model's drafts always survive

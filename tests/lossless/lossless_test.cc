@@ -205,12 +205,12 @@ TEST_F(Lossless, LookupFirstProposesRepeatsForFreeAndBatchesTheRestThroughTheMod
   dp.budget = 3;
   auto hit = d.Propose(0, repeats, dp, rng);
   ASSERT_TRUE(hit.ok());
-  EXPECT_TRUE(hit->lookup);
+  EXPECT_EQ(hit->source, 1);
   EXPECT_EQ(hit->tokens, (std::vector<int32_t>{7, 8, 9}));
   EXPECT_EQ(hit->forward_passes, 0);
   auto miss = d.Propose(0, fresh, dp, rng);
   ASSERT_TRUE(miss.ok());
-  EXPECT_FALSE(miss->lookup);
+  EXPECT_EQ(miss->source, 0);
   EXPECT_EQ(miss->tokens.size(), 3u);
   EXPECT_GT(miss->forward_passes, 0);
   EXPECT_EQ(miss->probs.size(), 3u);  // the model's draft, with its probabilities

@@ -91,7 +91,7 @@ Result<int> ReadPositive(const gguf::File& f, const std::string& key, int64_t fa
 
 Status CheckArchAndKind(const gguf::File& f, const DflashLoadOptions& o) {
   DSPARK_ASSIGN_OR_RETURN(std::string arch, f.GetStringOr("general.architecture", ""));
-  const char* want = o.kind == BlockDraftKind::kDSpark ? "draft-dspark" : "draft-dflash";
+  const char* want = o.expect_markov_head.value_or(true) ? "draft-dspark" : "draft-dflash";
   if (arch != kArch)
     return InvalidArgument(
         "spec: {}: general.architecture is '{}', but --spec-type {} needs a dflash draft GGUF "
@@ -103,12 +103,12 @@ Status CheckArchAndKind(const gguf::File& f, const DflashLoadOptions& o) {
     return Unimplemented("spec: {}: DeepSeek-V4 DSpark drafts (dflash.hyper_connection.count > 0) are not supported",
                          f.path());
   const bool has_markov = f.FindTensor("markov_w1.weight") != nullptr;
-  if (o.kind == BlockDraftKind::kDSpark && !has_markov)
+  if (o.expect_markov_head == true && !has_markov)
     return InvalidArgument(
         "spec: {}: this is a DFlash draft without a Markov head (no markov_w1.weight), not a DSpark draft; "
         "use --spec-type draft-dflash",
         f.path());
-  if (o.kind == BlockDraftKind::kDFlash && has_markov)
+  if (o.expect_markov_head == false && has_markov)
     return InvalidArgument(
         "spec: {}: this is a DSpark draft (it has markov_w1.weight); use --spec-type draft-dspark", f.path());
   return Status::Ok();
@@ -199,8 +199,9 @@ Result<std::unique_ptr<DflashModel>> DflashModel::FromFile(std::shared_ptr<const
   DSPARK_ASSIGN_OR_RETURN(c.block_size, ReadPositive(f, Key("block_size"), 16));
   DSPARK_ASSIGN_OR_RETURN(bool from_anchor, f.GetBoolOr(Key("sample_from_anchor"), true));
   DSPARK_ASSIGN_OR_RETURN(c.causal, f.GetBoolOr(Key("attention.causal"), false));
-  c.layout = options.kind == BlockDraftKind::kDSpark && from_anchor ? BlockLayout::kAnchorFirst
-                                                                     : BlockLayout::kBonusAnchor;
+  // sample_from_anchor is DSpark's (a Markov-head file's) key; DFlash always drafts in place.
+  c.layout = f.FindTensor("markov_w1.weight") != nullptr && from_anchor ? BlockLayout::kAnchorFirst
+                                                                        : BlockLayout::kBonusAnchor;
   if (c.max_drafts() < 1)
     return InvalidArgument("spec: {}: dflash.block_size {} leaves no draft slot in the bonus-anchor layout", f.path(),
                            c.block_size);

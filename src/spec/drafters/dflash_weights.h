@@ -14,11 +14,9 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
-namespace dspark {
+#include <optional>
 
-// Which --spec-type the file is loaded for. DSpark = DFlash backbone + Markov head (+ optional
-// confidence head); the file must match (llama.cpp detects DSpark by markov_w1.weight).
-enum class BlockDraftKind { kDFlash, kDSpark };
+namespace dspark {
 
 // Slots of the noise block [anchor, MASK, ...] that carry drafts (§3.6, §4.1).
 enum class BlockLayout {
@@ -85,7 +83,11 @@ struct DflashWeights {
 };
 
 struct DflashLoadOptions {
-  BlockDraftKind kind = BlockDraftKind::kDSpark;
+  // What the file contains decides how it drafts: DSpark = the DFlash backbone + a Markov head
+  // (markov_w1.weight, as llama.cpp tells them apart) + an optional confidence head. When the
+  // caller asked for one of the two (--spec-type draft-dspark: true, draft-dflash: false), a file
+  // of the other kind is refused with the flag that fits it.
+  std::optional<bool> expect_markov_head;
   // The run cuts drafts on the confidence head (DSpark --spec-draft-p-min > 0): refuse a file
   // without one, as llama.cpp does.
   bool need_confidence = false;

@@ -10,16 +10,15 @@ namespace {
 constexpr int kMaxPendingRows = 512;
 }  // namespace
 
-Result<std::unique_ptr<DSparkDrafter>> DSparkDrafter::Create(std::unique_ptr<DflashModel> model, BlockDraftKind kind,
-                                                             ThreadPool& pool, int n_ctx, bool full_block) {
+Result<std::unique_ptr<DSparkDrafter>> DSparkDrafter::Create(std::unique_ptr<DflashModel> model, ThreadPool& pool,
+                                                             int n_ctx, bool full_block) {
   if (model == nullptr) return InvalidArgument("spec: no dflash model");
   if (n_ctx < 1) return InvalidArgument("spec: context size {} must be positive", n_ctx);
-  return std::unique_ptr<DSparkDrafter>(new DSparkDrafter(std::move(model), kind, pool, n_ctx, full_block));
+  return std::unique_ptr<DSparkDrafter>(new DSparkDrafter(std::move(model), pool, n_ctx, full_block));
 }
 
-DSparkDrafter::DSparkDrafter(std::unique_ptr<DflashModel> model, BlockDraftKind kind, ThreadPool& pool, int n_ctx,
-                             bool full_block)
-    : model_(std::move(model)), forward_(*model_), kind_(kind), pool_(pool), n_ctx_(n_ctx), full_block_(full_block) {}
+DSparkDrafter::DSparkDrafter(std::unique_ptr<DflashModel> model, ThreadPool& pool, int n_ctx, bool full_block)
+    : model_(std::move(model)), forward_(*model_), pool_(pool), n_ctx_(n_ctx), full_block_(full_block) {}
 
 DrafterNeeds DSparkDrafter::Needs() const {
   DrafterNeeds n;

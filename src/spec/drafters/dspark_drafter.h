@@ -25,10 +25,11 @@ class DSparkDrafter final : public Drafter {
   // target's embedding and LM head: the target must outlive the drafter.
   // full_block: run every row of the trained block each step (llama.cpp's behaviour, and what the
   // golden references compute) rather than only the rows the budget needs.
-  static Result<std::unique_ptr<DSparkDrafter>> Create(std::unique_ptr<DflashModel> model, BlockDraftKind kind,
+  static Result<std::unique_ptr<DSparkDrafter>> Create(std::unique_ptr<DflashModel> model,
                                                        ThreadPool& pool, int n_ctx, bool full_block = false);
 
-  std::string_view Name() const override { return kind_ == BlockDraftKind::kDSpark ? "draft-dspark" : "draft-dflash"; }
+  // The --spec-type of what the file holds: a Markov head makes it DSpark.
+  std::string_view Name() const override { return model_->config().markov_rank > 0 ? "draft-dspark" : "draft-dflash"; }
   DrafterNeeds Needs() const override;
   Status Begin(int seq) override;
   Status ObserveTaps(int seq, const TapRows& rows) override;
@@ -53,13 +54,12 @@ class DSparkDrafter final : public Drafter {
     ChainResult chain;
   };
 
-  DSparkDrafter(std::unique_ptr<DflashModel> model, BlockDraftKind kind, ThreadPool& pool, int n_ctx, bool full_block);
+  DSparkDrafter(std::unique_ptr<DflashModel> model, ThreadPool& pool, int n_ctx, bool full_block);
   SeqState& State(int seq);
   Status Flush(SeqState& st);
 
   std::unique_ptr<DflashModel> model_;
   DflashForward forward_;
-  BlockDraftKind kind_;
   ThreadPool& pool_;
   int n_ctx_;
   bool full_block_;

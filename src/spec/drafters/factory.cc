@@ -60,11 +60,11 @@ Result<std::unique_ptr<Drafter>> CreateOne(const DrafterConfig& config, const Mo
   if (config.type == "draft-dspark" || config.type == "draft-dflash") {
     if (config.draft_model.empty()) return InvalidArgument("spec: --spec-type {} needs -md DRAFT.gguf", config.type);
     DflashLoadOptions o;
-    o.kind = config.type == "draft-dspark" ? BlockDraftKind::kDSpark : BlockDraftKind::kDFlash;
-    o.need_confidence = o.kind == BlockDraftKind::kDSpark && config.p_min > 0;
+    o.expect_markov_head = config.type == "draft-dspark";
+    o.need_confidence = config.type == "draft-dspark" && config.p_min > 0;
     o.repack = config.repack;
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DflashModel> m, DflashModel::Load(config.draft_model, target, target_vocab, o));
-    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DSparkDrafter> d, DSparkDrafter::Create(std::move(m), o.kind, draft_pool, n_ctx,
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DSparkDrafter> d, DSparkDrafter::Create(std::move(m), draft_pool, n_ctx,
                                                                                     config.dspark_full_block));
     d->AdoptPool(std::move(own_pool));
     return std::unique_ptr<Drafter>(std::move(d));

@@ -8,7 +8,7 @@ LookupFirstDrafter::LookupFirstDrafter(NgramOptions lookup, std::unique_ptr<Draf
 Draft LookupFirstDrafter::Lookup(std::span<const int32_t> context, const DraftParams& params) const {
   Draft d;
   d.tokens = NgramLookup(context, lookup_.n_min, lookup_.n_max, params.budget);
-  d.lookup = true;
+  d.source = 1;
   return d;
 }
 
