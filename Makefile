@@ -6,15 +6,16 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 DSPARK := $(BUILD_DIR)/bin/dspark
 # dspark reads the escapes (\n is a newline, as in llama.cpp's -e); the recipe quotes it with single
-# quotes, so it holds none. (Through the shell's $(printf ...) the trailing newline was lost: the
-# last line then ended mid-token and both drafters' acceptance fell by half.)
+# quotes, so it holds none. (Through the shell's $(printf ...) the trailing newline would be lost:
+# the last line would then end mid-token, which drafters predict badly.)
 PROMPT ?= def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n
 N ?= 96
 # The fastest setting measured on this pair's held-out prompts (docs/performance.md): prompt lookup
 # in front of the draft model, each draft's length chosen adaptively up to 8 (else n-gram lookup
 # alone). `make run` then also shows the DSpark drafter (lookup first, its best measured setting:
 # 3 tokens per block) when it exists. Drafters run as Q8_0 copies made by `dspark quantize` at build
-# time (drafting ~2x cheaper; verification keeps the output the target's, token for token).
+# time (about half the bytes of F16 to stream per draft pass; verification keeps the output the
+# target's, token for token).
 Q8 := $(BUILD_DIR)/models
 # The target runs as a BF16 copy on AMD CPUs with AVX-512 BF16 (Zen 4, Zen 5): vdpbf16ps multiplies
 # at twice the f32 FMA rate there, so prefill and the extra rows of a verification block cost about
@@ -78,7 +79,7 @@ bench: drafters
 	@$(BUILD_DIR)/bin/kernels_bench --benchmark_min_time=0.2
 
 # ThreadSanitizer build of the concurrent parts (HTTP server, continuous batching, thread pool):
-# their tests must run without a race report. Not part of `make test` (a separate ~10 min build).
+# their tests must run without a race report. Not part of `make test` (a separate, slow build).
 tsan: deps
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSPARK_SANITIZE=thread >/dev/null
 	@cmake --build build-tsan -j $(JOBS) --target server_test spec_test lossless_test

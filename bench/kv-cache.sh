@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # KV cache types at a long context, as reported in docs/performance.md (Q8_0 KV cache): a
 # random-weight Qwen3-0.6B-shape model (Q5_K, written by `dspark synth`), 4,096 tokens of prompt,
-# then decode and verification passes, with the F16 and the Q8_0 cache in alternating runs (this
-# project's host moves by 2x between phases: compare within a pair). Results go to $OUT (default
+# then decode and verification passes, with the F16 and the Q8_0 cache in alternating runs (a
+# shared host's speed drifts between phases: compare within a pair). Results go to $OUT (default
 # bench-out-kv/): one JSON per run, and the lines of each run on stdout.
 #   bench/kv-cache.sh [OUT] [PAIRS]
 set -euo pipefail
@@ -18,7 +18,7 @@ for pair in $(seq 1 "$PAIRS"); do
     $B bench --plain -m "$MODEL" -t 2 --prefill 4096 --decode 32 --cache-type "$ct" -r 1 --json > "$OUT/$ct-$pair.json" 2>/dev/null
   done
 done
-# Summarised after the runs (an interpreter starting beside a run would take the second core).
+# Summarised after the runs (an interpreter starting beside a run would compete with its threads).
 python3 - "$OUT" "$PAIRS" <<'PY'
 import json, sys
 out, pairs = sys.argv[1], int(sys.argv[2])

@@ -1,6 +1,7 @@
 // `dspark bench --plain`: prefill, decode and verify-k throughput of a target model, with the
 // achieved fraction of memory bandwidth for decode measured against a copy benchmark in the
-// same run. Speculative sweeps and the load benchmark are added by their own issues.
+// same run. Speculative sweeps (--spec, cmd_bench_spec.h) and the load benchmark (--serve,
+// bench_serve.h) live in their own files.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -170,8 +170,8 @@ int RunGenerate(GenerateFlags f) {
   SpeculativeEngine engine(model, tok, pool, eo, spec->drafter.get());
 
   // The text streams as it is generated, except with --compare: the plain run is not streamed, and
-  // writing and flushing each token (30-40 us a token to a pipe) would count against speculation
-  // alone in the speed-up. Both runs are timed alike and the text is printed after them.
+  // writing and flushing each token to a pipe would count against speculation alone in the
+  // speed-up. Both runs are timed alike and the text is printed after them.
   const bool stream = !f.json && !f.compare;
   auto result = engine.GenerateFromIds(*prompt_ids, opt, [&](int32_t, std::string_view text, TokenSource) {
     if (stream && !text.empty()) {

@@ -4,7 +4,7 @@
 // verification block of r rows sees the prefix plus a causal triangle over its own rows, as in the
 // engine. Attention/: hot (the head's K/V stays in L2 between iterations); AttentionCold/: cycled
 // through 64 MiB of copies, as in a decode step, where the weight stream has evicted the cache
-// since the layer last ran (bundled target, 1 row over 256 cells: 3.2 us hot, 8.7 us cold).
+// since the layer last ran.
 // Counters: keys = cells scored per second per query head (n · heads / time).
 #include <benchmark/benchmark.h>
 

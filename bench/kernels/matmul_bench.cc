@@ -27,7 +27,7 @@
 namespace dspark {
 namespace {
 
-// Bigger than this machine's LLC as the VM reports it (and than typical desktop LLCs).
+// Bigger than the last-level cache of common desktop and server CPUs.
 constexpr size_t kColdBytes = size_t{640} << 20;
 
 ThreadPool& Pool(int threads) {
@@ -186,8 +186,8 @@ void RegisterAll() {
   // Cache-resident: a 1024 x 1024 matrix, the bundled models' widest (the draft model's 4096 x 192
   // output head, the target's 2048 x 384 fused gate/up), whose weights stay in L2/L3 between decode
   // steps on most CPUs, and the draft model's fused projections. These show where a second thread
-  // stops paying: Q8_0, m = 1, the draft's 1024 x 192 gate/up took 2.6 us on one thread and 3.4 on
-  // two, its 4096 x 192 head 9.9 and 7.5 (kMinTaskMacs).
+  // stops paying (kMinTaskMacs): at m = 1 a matrix as small as the draft's fused gate/up runs no
+  // faster on two threads than on one, while its head does.
   const Shape hot_shapes[] = {{"l2_1024x1024", 1024, 1024},
                               {"ref_draft_head_4096x192", 4096, 192},
                               {"ref_target_gate_up_2048x384", 2048, 384},

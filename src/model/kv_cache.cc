@@ -104,8 +104,8 @@ void KvCache::WriteK(int layer, int seq, int cell, const float* k) {
     DSPARK_CHECK_MSG(head_dim_ * elem_ <= sizeof(row), "KvCache: head_dim too large");
     Store(kh, head_dim_, row);
     uint8_t* dst = tile + lane * elem_;
-    // Fixed-size copies: with the element size a run-time value each one was a memcpy call (128
-    // per head and layer for Qwen3-0.6B).
+    // Fixed-size copies: with the element size a run-time value each one would be a memcpy call
+    // (128 per head and layer for Qwen3-0.6B).
     const auto scatter = [&](auto elem_tag) {
       using E = decltype(elem_tag);
       for (size_t i = 0; i < head_dim_; ++i) std::memcpy(dst + i * kTile * sizeof(E), row + i * sizeof(E), sizeof(E));

@@ -3,8 +3,8 @@
 // A cell's RoPE position is whatever the batch row said (positions may repeat in token trees);
 // the cell index only orders the cache.
 // Layout: [layer][seq][kv head][...]: each head's cells are contiguous, so attention streams them
-// sequentially (with the heads interleaved per cell, every key row started a new 4 KiB page for
-// Qwen3-0.6B, and a 512-token context cost as much as the weights). Values are [cell][head_dim_v];
+// sequentially (interleaving the heads per cell would start every key row of a head on a new
+// 4 KiB page at Qwen3-0.6B's shape). Values are [cell][head_dim_v];
 // keys are in tiles of ops::kAttentionKeyTile cells, transposed ([tile][head_dim][32]), the layout
 // ops::Attention reads (one vector = one dimension of consecutive keys: no horizontal sums, and
 // the same arithmetic for a row alone or in a verification block).
@@ -88,8 +88,8 @@ class KvCache {
   size_t v_row_bytes_;   // one head's value row
   // K and V on huge pages (util/huge_page_arena.h): attention streams them every pass, and the
   // memory is backed (zeroed by the OS) as cells are first written, 2 MiB at a time, instead of all
-  // at construction as a std::vector's zero fill did (1.7B-shape Q4_K, -c 8192: start-up 9.7 ->
-  // 1.4 s in a VM whose page faults are slow).
+  // at construction as a std::vector's zero fill would: a long context does not delay start-up,
+  // which matters most where page faults are slow (as in many VMs).
   std::unique_ptr<HugePageArena> memory_;
   uint8_t* k_ = nullptr;
   uint8_t* v_ = nullptr;

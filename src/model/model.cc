@@ -62,8 +62,8 @@ Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File>
       w.tok_embd.packed = w.output.packed;
     }
     // Every MatMul now reads the copies: drop the file's pages of the matrices they replace from
-    // this process, or a model would count twice in its memory (1.7B-shape Q4_K: resident 3.0 ->
-    // 2.2 GB). A token embedding still read from the file stays: lookups read its rows.
+    // this process, or a model would count twice in its memory. A token embedding still read from
+    // the file stays: lookups read its rows.
     for (const ops::WeightView& v : from_file)
       if (v.data != nullptr && v.data != w.tok_embd.data)
         m->file_->ReleasePages(v.data, static_cast<uint64_t>(RowBytes(v.type, v.cols)) * v.rows);
@@ -150,9 +150,8 @@ struct AttentionUnit {
 // cells) first. A verification block (up to kMaxBlockUnitRows rows of a sequence) is one unit of
 // up to kMaxBlockUnitHeads query heads, so it reads the sequence's K/V once; longer runs of rows
 // (prefill chunks) take units of ~16 heads (one AVX-512 vector of keys per head and tile row).
-// With 16-head units a 9-row block (n-max 8) of a model with 2 query heads per K/V head swept the
-// cache twice: at depth 2,048 (Qwen3-0.6B shape, 3 alternating runs) one unit took attention from
-// 19.5-20.4 to 15.0-15.5 ms over an F16 cache and from 15.7-17.4 to 13.2-15.0 over a Q8_0 one.
+// With 16-head units a 9-row block (n-max 8) of a model with 2 query heads per K/V head would
+// take two units and sweep the cache twice; as one unit it streams the cache once.
 constexpr int kMaxBlockUnitRows = 16;
 constexpr int kMaxBlockUnitHeads = 48;
 
@@ -293,8 +292,8 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     AddBias(L.bv, n, s.v.data());
     clock.Mark(ForwardProfile::kQkv);
     // At least 16 rows per range: a verification block stays on one thread. Split over two threads,
-    // a block's q/k norm, rope and KV write cost twice as much: neighbouring cells share the cache
-    // lines of a K tile, so both threads would write the same lines.
+    // a block's q/k norm, rope and KV write get slower, not faster: neighbouring cells share the
+    // cache lines of a K tile, so both threads would write the same lines.
     pool.ParallelRange(n, 16, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) {
         float* q = s.q.data() + i * c.q_dim();
@@ -343,10 +342,8 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
       ops::MatMul(L.w_gate_up, s.h.data(), n, s.fused.data(), pool);
       clock.Mark(ForwardProfile::kGateUp);
       // Up to 16 rows (decode, verification blocks) on the calling thread, as the q/k norm and
-      // rope phase: split over two threads, a 2-row block's SwiGLU cost 17.7 us over the bundled
-      // target's 8 layers against 9-11 inline, a 4-row block 27 against 16.5, a 9-row block
-      // 37-48 against 34-37 (BF16 copy, `bench --plain --profile`, depth ~200, AMD Zen 5 VM): the
-      // hand-off and reading the other core's half of the gate/up output cost more than the work.
+      // rope phase: split over two threads, the hand-off and reading the other core's half of the
+      // gate/up output cost more than the work of so few rows.
       pool.ParallelRange(n, 16, [&](int64_t b, int64_t e, int) {
         for (int64_t i = b; i < e; ++i) {
           const float* gu = s.fused.data() + static_cast<size_t>(i) * 2 * c.n_ff;

@@ -58,10 +58,11 @@ std::vector<double> RmsNorm(const std::vector<double>& x, const Matrix& w, doubl
 }
 
 // What the reference knows about each architecture, pinned here and never read from the engine's
-// ModelConfig or traits: a reference built on the engine's own parse agreed with its mistakes
-// (llama switched to NeoX RoPE, rms_eps x 10 passed). The numbers (dims, eps, RoPE base and
-// scaling) come from the file's metadata, read below with llama.cpp's keys, defaults and
-// semantics (llama-model.cpp load_hparams, llama-context.cpp, ggml-cpu ops.cpp rope_yarn).
+// ModelConfig or traits: a reference built on the engine's own parse would agree with its
+// mistakes (a llama switched to NeoX RoPE, or rms_eps x 10, would pass). The numbers (dims, eps,
+// RoPE base and scaling) come from the file's metadata, read below with llama.cpp's keys,
+// defaults and semantics (llama-model.cpp load_hparams, llama-context.cpp, ggml-cpu ops.cpp
+// rope_yarn).
 struct ArchExpect {
   const char* arch;
   bool neox;        // RoPE rotates (x[i], x[i + n_rot/2]) (LLAMA_ROPE_TYPE_NEOX), else (x[2i], x[2i+1])
@@ -279,10 +280,9 @@ double RelErr(const float* got, const std::vector<double>& want) {
 // Tolerances on RelErr, per weight type: 2.1-2.9x the largest error measured over all the cases
 // below with that type (64 positions; batched prefill and one-token decode over an F32 cache, and
 // the default F16 cache on its own), so none sits within 25% of a passing value and none has more
-// than 5x slack. Measured on an AMD EPYC with the kernels dispatched to each target this
-// CPU runs (AVX3_DL, AVX3, AVX2 with and without AVX-VNNI, SSE4, SCALAR; AVX3_DL without the
-// BF16 dot product): F32 and F16 weights vary with the target in the last digit, the others not
-// at all.
+// than 5x slack. Measured with the kernels dispatched to each target (AVX3_DL, AVX3, AVX2 with
+// and without AVX-VNNI, SSE4, SCALAR; AVX3_DL without the BF16 dot product): F32 and F16 weights
+// vary with the target in the last digit, the others not at all.
 //
 //   weights  F32 cache: measured  tolerance   F16 cache: measured  tolerance
 //   F32                  2.33e-6     6e-6                1.77e-3     4e-3
@@ -301,9 +301,9 @@ double RelErr(const float* got, const std::vector<double>& want) {
 // accumulation; the F16 cache rounds K and V to 11 significant bits. BF16 weights meet
 // activations rounded to bf16, quantised weights activations quantised to 8 bits (Q8_0 / Q8_K),
 // as llama.cpp does; that rounding, amplified by this random model, dominates every quantised
-// type (Q8_0 weights measure no better than Q5_0). Each engine mutation tried against these cases
+// type (Q8_0 weights measure no better than Q5_0). Each engine mutation these cases guard against
 // (RoPE layout, rms_eps x 10, linear factor, YaRN ramp, magnitude or attn_factor, llama 3
-// frequency factors, biases) raised some F32 case to 6.6e-3 or more, 1,000x its tolerance.
+// frequency factors, biases) raises some F32 case orders of magnitude above its tolerance.
 double Tolerance(DType type, bool f16_cache) {
   switch (type) {
     case DType::kF32: return f16_cache ? 4e-3 : 6e-6;
@@ -351,9 +351,9 @@ struct Case {
   std::string arch;
   DType type;
   RopeVariant rope;
-  // Larger than real models' 1e-5 / 1e-6 so that a wrong eps shows far above float rounding: x10
-  // moved the F32 cases by 6.6e-3 to 3.3e-2 with these; on 1e-6 it would move them ~1e-5 (the
-  // change is linear in eps), a few times the F32 tolerance.
+  // Larger than real models' 1e-5 / 1e-6 so that a wrong eps shows far above float rounding: the
+  // change a wrong eps makes is linear in eps, and on 1e-6 an eps x 10 would move the F32 cases
+  // only a few times the F32 tolerance.
   float rms_eps;
 };
 
@@ -754,8 +754,8 @@ TEST(KvCacheQ8, CloseToF32CacheCopiesAndRollsBackExactly) {
     return worst;
   };
   const double err8 = worst_err(got), err16 = worst_err(got16);
-  // This random model amplifies rounding (1.5e-2 measured for Q8_0); an unscaled or misplaced block
-  // gives errors of order 1.
+  // This random model amplifies rounding, hence a bound well above float precision; an unscaled or
+  // misplaced block gives errors of order 1.
   EXPECT_LT(err8, 3e-2) << "F16 cache: " << err16;
   EXPECT_GT(err8, err16);  // the cache does round, more than F16: this would not notice an F16 cache
   // Copy: sequence 1 continues exactly as sequence 0 would.

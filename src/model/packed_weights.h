@@ -1,6 +1,6 @@
 // Owner of the in-memory copies of a model's weight matrices. Packed copies (ops::PackWeights): on
 // CPUs with a packed kernel (Q8_0, Q4_K, Q6_K on AVX-512 VNNI), decode and verification read 16
-// weight rows per vector instead of one row at a time, about twice the decode speed of the row
+// weight rows per vector instead of one row at a time, which decodes much faster than the row
 // layout. Every MatMul of a packed matrix reads the copy (ops::MatMul); the view keeps pointing at
 // its original rows too (the token embedding is looked up row by row, and a DSpark drafter
 // re-encodes the target's LM head from them). Matrices without a packed layout get a row-layout

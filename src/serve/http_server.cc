@@ -175,7 +175,7 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
     // Nothing is written until the generation ends, so no write can fail when the client hangs
     // up (as it does for streams). httplib 0.11 exposes no connection state: find this request's
     // socket and poll it. It stays open while this handler runs on the connection's thread. If it
-    // cannot be found, the generation runs to completion as before.
+    // cannot be found, the generation runs to completion whether or not the client is there.
     const int conn_fd = FindConnectionFd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
     constexpr auto kProbeInterval = std::chrono::milliseconds(100);
     Clock::time_point next_probe = Clock::now() + kProbeInterval;

@@ -127,12 +127,12 @@ Result<CostModel> ProfileVerifyCost(Model& model, KvCache& cache, ThreadPool& po
     DSPARK_TRY(cache.Truncate(seq, base + prefix));
     return ms;
   };
-  // The first passes after loading run up to twice as slow as later ones (bundled target: 0.7-0.9
-  // ms against 0.35-0.45 from about the 20th pass on). Profiled cold, the one-row point came out
-  // as high as four rows, the monotone clamp below flattened the whole curve, and the scheduler
-  // saw verification rows as free and plain decoding as twice its cost: DSpark drafted every step
-  // at 0.72-0.85x plain. So: single-row passes first (16, or 200 ms on a big model), then rounds
-  // over the whole grid, each row count keeping its fastest pass, so drift hits every count alike.
+  // The first passes after loading run markedly slower than later ones. Profiled cold, the
+  // one-row point can come out as high as several rows; the monotone clamp below then flattens
+  // the whole curve, and the scheduler sees verification rows as free and plain decoding as dearer
+  // than it is, so it drafts every step at a loss. So: single-row passes first (16, or 200 ms on a
+  // big model), then rounds over the whole grid, each row count keeping its fastest pass, so drift
+  // hits every count alike.
   const auto warm_start = Clock::now();
   for (int i = 0; i < kCostWarmPasses && MsSince(warm_start) < kCostWarmMs; ++i) DSPARK_TRY(pass_ms(1).status());
   std::vector<std::pair<int, double>> points;

@@ -1,11 +1,11 @@
 // Predicted acceptance of a draft token from the drafter's own probability of it, learnt from
 // verification. A distilled draft model's probabilities rank its tokens well but are not
-// acceptance rates: on the bundled pair (greedy, held-out code) a token drafted at p = 0.1-0.2 was
-// accepted 36% of the time, at p = 0.5-0.6 81%, at p >= 0.8 98-99%. The scheduler maps each
-// token's probability through a logistic fit logit(acceptance) = slope * logit(p) + bias; the
-// product over a draft is that draft's predicted survival, per draft rather than averaged over all
-// drafts. Two parameters learn from a few dozen drafts and stay monotone; a per-bin hit rate was
-// too noisy across neighbouring bins early in a run (p = 0.52 -> 0.41, p = 0.56 -> 0.76).
+// acceptance rates: a token drafted at a low or middling p is accepted far more often than p says,
+// one drafted at a high p nearly always. The scheduler maps each token's probability through a
+// logistic fit logit(acceptance) = slope * logit(p) + bias; the product over a draft is that
+// draft's predicted survival, per draft rather than averaged over all drafts. Two parameters learn
+// from a few dozen drafts and stay monotone; a per-bin hit rate is too noisy across neighbouring
+// bins early in a run (neighbours can come out in the wrong order).
 #pragma once
 
 #include <array>
@@ -17,9 +17,9 @@ class ProbCalibration {
   // Predicted acceptance of a token drafted with probability p, given that the tokens before it
   // were accepted. Before any evidence: logit(acceptance) = logit(p) + kPriorBias (p = 0.5 ->
   // 0.73). A draft token is most often its drafter's argmax, and a matching argmax is accepted
-  // whole, so acceptance runs above p; the bundled draft model's fit settles near slope 1.3-1.4,
-  // bias 1.2, and starting from the identity cost single requests ~4% of their tau (6 held-out
-  // prompts in fresh processes: 2.50 vs 2.61).
+  // whole, so acceptance runs above p: a distilled draft model's fit settles at a slope above 1
+  // and a positive bias, and a prior of the identity would underestimate a single request's drafts
+  // until the fit had caught up.
   double Acceptance(double p) const;
   // A verified draft token drafted with probability p, reached (the tokens before it accepted).
   void Observe(double p, bool accepted);
@@ -30,7 +30,7 @@ class ProbCalibration {
 
  private:
   static constexpr double kPriorBias = 1.0;
-  // The bundled draft model's reached tokens were accepted 70-76% of the time on held-out code.
+  // About how often a distilled draft model's reached tokens are accepted on text it suits.
   static constexpr double kPriorMean = 0.75;
   static constexpr double kPriorMeanWeight = 4.0;
   static constexpr int kBins = 20;

@@ -62,9 +62,9 @@ double DraftScheduler::ExpectedSurvival(int i) const {
 int DraftScheduler::BestLength(int cap, const SharedPass& pass, int behind_rows) const {
   const std::vector<double> surv = MeasuredSurvival(cap);
   // Resuming after a pause pays the catch-up now, in full: in a busy batch a sequence that resumes
-  // often drafts once and pauses again, so amortising it over later steps (tried: over 4) kept
-  // such sequences drafting at a loss (concurrency 2: 0.93x). Probes, priced without it, are what
-  // bring a paused sequence back in step.
+  // often drafts once and pauses again, so amortising it over later steps would keep such
+  // sequences drafting at a loss. Probes, priced without it, are what bring a paused sequence back
+  // in step.
   const double catch_up = draft_cost_.CatchUpMs(behind_rows);
   // Drafting must beat plain decoding by a margin: the estimates are noisy, and a draft that only
   // breaks even on paper loses to the per-step work the model does not see.
@@ -78,9 +78,8 @@ int DraftScheduler::BestLength(int cap, const SharedPass& pass, int behind_rows)
     }
   }
   // Cost mode lets Cut choose the verified prefix from each draft's own survival estimates, which
-  // can see further than the average: draft one token past the length that pays on average (a
-  // drafter pays per drafted row, DSpark too: it runs only the block rows asked for; twice the
-  // length measured slower on the bundled pair, 928 vs 1321 tok/s on one prompt).
+  // can see further than the average: draft one token past the length that pays on average, and
+  // no more (a drafter pays per drafted row, DSpark too: it runs only the block rows asked for).
   return options_.mode == ScheduleMode::kCost && best_k > 0 ? std::min(cap, best_k + 1) : best_k;
 }
 
@@ -97,8 +96,8 @@ int DraftScheduler::Budget(int room, const SharedPass& pass, int behind_rows) {
     probe_credit_ = 0;
     probe_ratio_ = kFirstProbeRatio;
     // A drafter that stops on survival ends each draft where it stops paying: confident drafts
-    // run past the average length, doubtful ones stop short (bundled pair, held-out code: 1.73-
-    // 1.76x against 1.60x with one length per step and 1.72x for the best fixed length).
+    // run past the average length, doubtful ones stop short, which beats one length for every
+    // draft of a step.
     return options_.survival_stop ? cap : best;
   }
   // Drafting does not pay at the moment; probe now and then in case it does again (this text may

@@ -75,8 +75,8 @@ class DraftScheduler {
   // were verified and `accepted` kept (verified = 0: nothing was verified, only the cost is learnt).
   // `survival`: the drafter's own estimates for this draft (empty if it has none); they are compared
   // with what verification realised to recalibrate later estimates. `behind_rows` as for Budget:
-  // the catch-up part of draft_ms is learnt apart from the steady per-proposal cost (mixing them
-  // made drafting look dearer the longer it paused, and paused it for good).
+  // the catch-up part of draft_ms is learnt apart from the steady per-proposal cost (mixed in, it
+  // would make drafting look dearer the longer it paused, and pause it for good).
   void Observe(int proposed, int verified, int accepted, double draft_ms,
                const std::vector<float>& survival = {}, int behind_rows = 0);
   // The same for a whole draft: also calibrates acceptance against its draft probabilities.
@@ -138,9 +138,9 @@ class DraftScheduler {
   // This sequence's share (ms) of the plain passes since the last probe; a probe is due when it
   // reaches probe_ratio_ times the probe's cost. Accumulating per step (not counting steps against
   // the current batch size) keeps a drop in load from releasing every sequence's probe at once.
-  // The first probe is due after 64 times its cost in plain decoding (probing costs at most ~1.6%
-  // of the time; at 32 short requests at concurrency 2 still lost ~5% to probes); each probe that
-  // does not pay doubles the ratio.
+  // The first probe is due after 64 times its cost in plain decoding (probing then costs at most
+  // 1/64 of the time; probing more often, many short requests at low concurrency lose a noticeable
+  // share of their time to probes); each probe that does not pay doubles the ratio.
   static constexpr double kFirstProbeRatio = 64.0;
   double probe_credit_ = 0;
   double probe_ratio_ = kFirstProbeRatio;

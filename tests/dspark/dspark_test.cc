@@ -151,8 +151,8 @@ TEST_F(DSpark, QuantisedDraftReadsTheSharedHeadInItsTypeAndStaysLossless) {
   ASSERT_TRUE(QuantizeFile(Tmp("anchor_first"), q8, DType::kQ8_0, &report).ok());
   EXPECT_GT(report.converted, 0);
   DflashLoadOptions lo;
-  auto f16 = DflashModel::Load(Tmp("anchor_first"), *target_.model, *target_.tok, lo);
-  auto quant = DflashModel::Load(q8, *target_.model, *target_.tok, lo);
+  auto f16 = DflashModel::Load(Tmp("anchor_first"), *target_.model, lo);
+  auto quant = DflashModel::Load(q8, *target_.model, lo);
   ASSERT_TRUE(f16.ok()) << f16.status().message();
   ASSERT_TRUE(quant.ok()) << quant.status().message();
   // The float drafter borrows the target's head as it is; the Q8_0 one re-encodes it, and keeps

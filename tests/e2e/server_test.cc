@@ -482,7 +482,8 @@ TEST_F(Server, TemperatureShapesTheDistribution) {
   EXPECT_EQ(hot_greedy, 0);
   // The first token over 32 seeds at three temperatures, on a prompt whose first top logit leads
   // by 1.6: the lower the temperature, the more often the greedy token is drawn and the fewer
-  // distinct tokens appear (when written: drawn 28/4/0 times, 4/29/31 distinct at T=0.5/1/2).
+  // distinct tokens appear. The bounds leave a wide margin around what these seeds draw (the
+  // trace prints the counts).
   const std::string spread = "greedy 12 34";
   const int32_t top = testing::ReferenceGreedy(*ref_model_, *ref_pool_, PromptIds(*plain_, spread), 1)[0];
   auto first_tokens = [&](double temperature) {
@@ -501,10 +502,10 @@ TEST_F(Server, TemperatureShapesTheDistribution) {
   };
   SCOPED_TRACE(fmt::format("greedy first token {} drawn {}/{}/{} times of 32; {}/{}/{} distinct tokens at T=0.5/1/2",
                            top, on_top(t05), on_top(t10), on_top(t20), t05.size(), t10.size(), t20.size()));
-  EXPECT_GE(on_top(t05), 20);  // 28 when written
+  EXPECT_GE(on_top(t05), 20);
   EXPECT_LE(on_top(t10), on_top(t05) - 10);
   EXPECT_LE(on_top(t20), on_top(t10));
-  EXPECT_LE(t05.size(), 8u);  // 4
+  EXPECT_LE(t05.size(), 8u);
   EXPECT_GE(t10.size(), t05.size() + 10);
   EXPECT_GE(t20.size(), t10.size());
 }

@@ -207,8 +207,8 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
       d.probs.push_back(prob);
       if (static_cast<int>(d.tokens.size()) == a.budget) continue;
       // Asked before drafting the next token, from what it is expected to add: deciding after it
-      // (its own probability known) spent a draft pass on the token that failed the bar in nearly
-      // every draft, and the planner then dropped it.
+      // (its own probability known) would spend a draft pass, in nearly every draft, on a token
+      // that fails the bar and that the planner then drops.
       if (r.params.stop != nullptr && !r.params.stop->More(d.probs)) continue;
       batch.Add(tok, static_cast<int>(r.context.size()) + step, r.seq, true);
       cached_[r.seq].push_back(tok);

@@ -13,8 +13,8 @@
 #include <memory>
 
 #include "spec/drafter.h"
-#include "spec/drafters/dflash_forward.h"
-#include "spec/drafters/dflash_weights.h"
+#include "model/dflash_forward.h"
+#include "model/arch/dflash.h"
 #include "spec/drafters/dspark_heads.h"
 
 namespace dspark {

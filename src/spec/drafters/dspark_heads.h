@@ -16,7 +16,7 @@
 
 #include "sampling/sampling.h"
 #include "spec/drafter.h"
-#include "spec/drafters/dflash_forward.h"
+#include "model/dflash_forward.h"
 
 namespace dspark {
 

@@ -32,6 +32,60 @@ Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, cons
 }
 
 namespace {
+// A dflash draft must carry its target's tokenizer, token for token.
+Status CheckDraftTokenizer(const gguf::File& f, const Tokenizer& target_vocab) {
+  if (!f.Has("tokenizer.ggml.tokens"))
+    return InvalidArgument("spec: {}: the draft has no tokenizer (tokenizer.ggml.tokens); a dflash draft must carry "
+                           "its target's tokenizer",
+                           f.path());
+  DSPARK_ASSIGN_OR_RETURN(std::vector<std::string> toks, f.GetStringArray("tokenizer.ggml.tokens"));
+  const auto& want = target_vocab.tokens();
+  const size_t common = std::min(toks.size(), want.size());
+  for (size_t i = 0; i < common; ++i)
+    if (toks[i] != want[i])
+      return InvalidArgument("spec: {}: draft tokenizer differs from the target's at id {} ('{}' vs '{}'); use a "
+                             "draft trained for this target",
+                             f.path(), i, toks[i], want[i]);
+  if (toks.size() != want.size())
+    return InvalidArgument("spec: {}: draft tokenizer has {} tokens, the target's {}; use a draft trained for this "
+                           "target",
+                           f.path(), toks.size(), want.size());
+  return Status::Ok();
+}
+
+// The draft of --spec-type draft-dspark / draft-dflash: a dflash GGUF of the kind the flag names
+// (a Markov head makes it DSpark, as llama.cpp tells them apart) with the target's tokenizer; a
+// p-min cut on DSpark reads its confidence head, so the head must be there (as llama.cpp requires).
+Result<std::unique_ptr<DflashModel>> LoadBlockDraft(const DrafterConfig& config, const Model& target,
+                                                    const Tokenizer& target_vocab) {
+  DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> opened, gguf::File::Open(config.draft_model));
+  std::shared_ptr<const gguf::File> file(std::move(opened));
+  const gguf::File& f = *file;
+  DSPARK_ASSIGN_OR_RETURN(std::string arch, f.GetStringOr("general.architecture", ""));
+  if (arch != "dflash")
+    return InvalidArgument(
+        "spec: {}: general.architecture is '{}', but --spec-type {} needs a dflash draft GGUF "
+        "(general.architecture = dflash); use --spec-type draft-simple for an ordinary draft model",
+        f.path(), arch, config.type);
+  const bool dspark = config.type == "draft-dspark";
+  const bool has_markov = f.FindTensor("markov_w1.weight") != nullptr;
+  if (dspark && !has_markov)
+    return InvalidArgument(
+        "spec: {}: this is a DFlash draft without a Markov head (no markov_w1.weight), not a DSpark draft; "
+        "use --spec-type draft-dflash",
+        f.path());
+  if (!dspark && has_markov)
+    return InvalidArgument("spec: {}: this is a DSpark draft (it has markov_w1.weight); use --spec-type draft-dspark",
+                           f.path());
+  DSPARK_TRY(CheckDraftTokenizer(f, target_vocab));
+  DflashLoadOptions o;
+  o.repack = config.repack;
+  DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DflashModel> m, DflashModel::FromFile(std::move(file), target, o));
+  if (dspark && config.p_min > 0 && !m->config().has_confidence)
+    return InvalidArgument("spec: {}: DSpark draft has no confidence head: set --spec-draft-p-min 0", m->path());
+  return m;
+}
+
 Result<std::unique_ptr<Drafter>> CreateOne(const DrafterConfig& config, const Model& target,
                                            const Tokenizer& target_vocab, ThreadPool& pool, int n_ctx) {
   if (config.type == "ngram") return std::unique_ptr<Drafter>(new NgramDrafter(config.ngram));
@@ -59,11 +113,7 @@ Result<std::unique_ptr<Drafter>> CreateOne(const DrafterConfig& config, const Mo
   }
   if (config.type == "draft-dspark" || config.type == "draft-dflash") {
     if (config.draft_model.empty()) return InvalidArgument("spec: --spec-type {} needs -md DRAFT.gguf", config.type);
-    DflashLoadOptions o;
-    o.expect_markov_head = config.type == "draft-dspark";
-    o.need_confidence = config.type == "draft-dspark" && config.p_min > 0;
-    o.repack = config.repack;
-    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DflashModel> m, DflashModel::Load(config.draft_model, target, target_vocab, o));
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DflashModel> m, LoadBlockDraft(config, target, target_vocab));
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DSparkDrafter> d, DSparkDrafter::Create(std::move(m), draft_pool, n_ctx,
                                                                                     config.dspark_full_block));
     d->AdoptPool(std::move(own_pool));

@@ -26,8 +26,8 @@ struct DrafterConfig {
   std::vector<int32_t> synthetic_reference;  // prompt + the target's plain output
   // Threads of a model drafter's own pool (--threads-draft/--td, llama.cpp's -td); 0 or the
   // target's count: share the target's pool. For many-core machines, where a small drafter need
-  // not spread over every thread the target uses (on 2 cores the 2 x 192 reference draft model
-  // decodes equally fast on 1 or 2 threads, ~0.07 ms per token).
+  // not spread over every thread the target uses (a draft model as small as the reference one
+  // gains nothing from a second thread).
   int threads = 0;
   bool repack = true;          // pack draft weights for this CPU's kernels (ModelOptions::repack)
   // draft-dspark/draft-dflash: run the whole trained block every step (llama.cpp's behaviour)

@@ -1,4 +1,4 @@
-#include "spec/drafters/dflash_forward.h"
+#include "model/dflash_forward.h"
 
 #include <algorithm>
 #include <cmath>

@@ -12,9 +12,6 @@
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "tokenizer/tokenizer.h"
-
-#include <optional>
 
 namespace dspark {
 
@@ -83,34 +80,33 @@ struct DflashWeights {
 };
 
 struct DflashLoadOptions {
-  // What the file contains decides how it drafts: DSpark = the DFlash backbone + a Markov head
-  // (markov_w1.weight, as llama.cpp tells them apart) + an optional confidence head. When the
-  // caller asked for one of the two (--spec-type draft-dspark: true, draft-dflash: false), a file
-  // of the other kind is refused with the flag that fits it.
-  std::optional<bool> expect_markov_head;
-  // The run cuts drafts on the confidence head (DSpark --spec-draft-p-min > 0): refuse a file
-  // without one, as llama.cpp does.
-  bool need_confidence = false;
   // Pack the drafter's matrices for this CPU's kernels (model/packed_weights.h).
   bool repack = true;
 };
 
+// A dflash draft network: what the file contains decides what it is. DSpark = the DFlash backbone
+// + a Markov head (markov_w1.weight, as llama.cpp tells them apart) + an optional confidence head.
 class DflashModel {
  public:
-  // Opens `path` and checks it against the target: architecture, --spec-type, draft width,
-  // tapped layers, mask token, tokenizer, every tensor's shape. Errors name the file and the
-  // key or tensor at fault.
+  // Opens `path` and checks it against the target: architecture, draft width, tapped layers, mask
+  // token, every tensor's shape. Errors name the file and the key or tensor at fault. (Whether the
+  // draft suits a --spec-type, and its tokenizer, are the drafter's checks: spec/drafters.)
   static Result<std::unique_ptr<DflashModel>> Load(const std::string& path, const Model& target,
-                                                   const Tokenizer& target_vocab, const DflashLoadOptions& options);
+                                                   const DflashLoadOptions& options = {});
   static Result<std::unique_ptr<DflashModel>> FromFile(std::shared_ptr<const gguf::File> file, const Model& target,
-                                                       const Tokenizer& target_vocab, const DflashLoadOptions& options);
+                                                       const DflashLoadOptions& options = {});
 
   const DflashConfig& config() const { return config_; }
   const DflashWeights& weights() const { return weights_; }
   const std::string& path() const { return file_->path(); }
+  const gguf::File& file() const { return *file_; }
 
  private:
   DflashModel() = default;
+  Status ReadConfig(const ModelConfig& target);
+  bool ReencodeSharedHead();
+  void Pack(bool pack_output);
+
   std::shared_ptr<const gguf::File> file_;
   DflashConfig config_;
   DflashWeights weights_;

@@ -21,7 +21,7 @@
 
 #include "model/kv_cache.h"
 #include "model/rope.h"
-#include "spec/drafters/dflash_weights.h"
+#include "model/arch/dflash.h"
 #include "util/thread_pool.h"
 
 namespace dspark {

@@ -1,0 +1,323 @@
+#include "model/arch/dflash.h"
+
+#include <cstring>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "model/quantize.h"
+#include "util/log.h"
+
+namespace dspark {
+
+namespace {
+
+constexpr char kArch[] = "dflash";
+
+std::string Key(const char* k) { return std::string(kArch) + "." + k; }
+
+std::string Shape(const std::vector<int64_t>& ne) {
+  std::string s = "[";
+  for (size_t k = 0; k < ne.size(); ++k) s += (k ? ", " : "") + std::to_string(ne[k]);
+  return s + "]";
+}
+
+// Claims tensors by name, checks shapes (ggml order) and types, remembers what was claimed.
+class DraftBinder {
+ public:
+  explicit DraftBinder(const gguf::File& f) : f_(f) {}
+
+  Result<const gguf::TensorInfo*> Find(const std::string& name, const std::vector<int64_t>& ne, bool required) {
+    const gguf::TensorInfo* t = f_.FindTensor(name);
+    if (t == nullptr) {
+      if (!required) return static_cast<const gguf::TensorInfo*>(nullptr);
+      return NotFound("spec: {}: required tensor '{}' is missing from the dflash draft", f_.path(), name);
+    }
+    claimed_.insert(name);
+    std::vector<int64_t> actual = t->ne;
+    while (actual.size() > ne.size() && actual.back() == 1) actual.pop_back();
+    if (actual != ne)
+      return InvalidArgument("spec: {}: tensor '{}' (data at byte {}) has shape {}, expected {}", f_.path(), name,
+                             t->file_offset, t->ShapeString(), Shape(ne));
+    return t;
+  }
+
+  Result<ops::WeightView> Matrix(const std::string& name, int64_t cols, int64_t rows, bool required = true) {
+    DSPARK_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(name, {cols, rows}, required));
+    if (t == nullptr) return ops::WeightView{};
+    if (!ops::MatMulSupports(t->type))
+      return Unimplemented("spec: {}: tensor '{}' has type {}, which dspark cannot multiply", f_.path(), name,
+                           DTypeName(t->type));
+    return ops::WeightView{t->data, t->type, rows, cols};
+  }
+
+  Result<std::vector<float>> Vector(const std::string& name, int64_t n, bool required = true) {
+    DSPARK_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(name, {n}, required));
+    if (t == nullptr) return std::vector<float>{};
+    // Float vectors, or quantised ones another tool wrote (dequantised once here).
+    const bool readable = Info(t->type).quantized ? ops::MatMulSupports(t->type) && n % Info(t->type).block_size == 0
+                                                  : ops::CanQuantize(t->type);
+    if (!readable)
+      return Unimplemented("spec: {}: tensor '{}' has type {}, which dspark cannot read as a vector", f_.path(), name,
+                           DTypeName(t->type));
+    std::vector<float> out(n);
+    ops::DequantizeRow(t->type, t->data, out.data(), n);
+    return out;
+  }
+
+  // A per-tensor scale ({1}), 1 if absent.
+  Result<float> Scale(const std::string& name) {
+    DSPARK_ASSIGN_OR_RETURN(std::vector<float> v, Vector(name, 1, false));
+    return v.empty() ? 1.0f : v[0];
+  }
+
+  void WarnUnclaimed() const {
+    for (const auto& t : f_.tensors())
+      if (!claimed_.count(t.name)) DSPARK_LOG_WARN("spec: {}: tensor '{}' is not used by the dflash drafter", f_.path(), t.name);
+  }
+
+ private:
+  const gguf::File& f_;
+  std::set<std::string> claimed_;
+};
+
+Result<int> ReadPositive(const gguf::File& f, const std::string& key, int64_t fallback = -1) {
+  Result<int64_t> v = fallback >= 0 ? f.GetIntOr(key, fallback) : f.GetInt(key);
+  if (!v.ok()) return v.status();
+  if (*v <= 0 || *v > (1 << 26))
+    return InvalidArgument("spec: {}: '{}' = {} is out of range (expected 1..{})", f.path(), key, *v, 1 << 26);
+  return static_cast<int>(*v);
+}
+
+Status CheckArch(const gguf::File& f) {
+  DSPARK_ASSIGN_OR_RETURN(std::string arch, f.GetStringOr("general.architecture", ""));
+  if (arch != kArch)
+    return InvalidArgument("spec: {}: general.architecture is '{}', not dflash", f.path(), arch);
+  if (f.FindTensor("selector_hidden.weight") != nullptr)
+    return Unimplemented("spec: {}: DFlash2 drafts (selector_hidden.weight) are not supported", f.path());
+  if (*f.GetIntOr(Key("hyper_connection.count"), 0) > 0)
+    return Unimplemented("spec: {}: DeepSeek-V4 DSpark drafts (dflash.hyper_connection.count > 0) are not supported",
+                         f.path());
+  return Status::Ok();
+}
+
+// The backbone's tensors: feature fusion, norms, embedding, head (the draft's own or the target's,
+// with d2t for a reduced vocabulary) and the draft layers.
+Status BindBackbone(const gguf::File& f, const Model& target, DraftBinder& b, DflashConfig& c, DflashWeights& w) {
+  const int64_t E = c.n_embd;
+  const int64_t n_feat = E * static_cast<int64_t>(c.target_layers.size());
+  DSPARK_ASSIGN_OR_RETURN(w.fc, b.Matrix("fc.weight", n_feat, E));
+  DSPARK_ASSIGN_OR_RETURN(w.fc_scale, b.Scale("fc.scale"));
+  DSPARK_ASSIGN_OR_RETURN(w.enc_norm, b.Vector("enc.output_norm.weight", E));
+  DSPARK_ASSIGN_OR_RETURN(w.output_norm, b.Vector("output_norm.weight", E));
+  DSPARK_ASSIGN_OR_RETURN(w.tok_embd, b.Matrix("token_embd.weight", E, c.n_vocab, false));
+  if (w.tok_embd.data == nullptr) w.tok_embd = target.weights().tok_embd;
+
+  const gguf::TensorInfo* d2t = f.FindTensor("d2t");
+  const gguf::TensorInfo* out = f.FindTensor("output.weight");
+  c.n_vocab_draft = c.n_vocab;
+  if (d2t != nullptr) {
+    if (d2t->type != DType::kI64 || d2t->ne.size() != 1)
+      return InvalidArgument("spec: {}: tensor 'd2t' has type {} shape {}, expected a 1-D i64 table", f.path(),
+                             DTypeName(d2t->type), d2t->ShapeString());
+    c.n_vocab_draft = static_cast<int>(d2t->ne[0]);
+    if (c.n_vocab_draft > c.n_vocab)
+      return InvalidArgument("spec: {}: d2t has {} entries, more than the target vocabulary {}", f.path(),
+                             c.n_vocab_draft, c.n_vocab);
+    if (out == nullptr)
+      return InvalidArgument("spec: {}: a reduced vocabulary (d2t) needs the draft's own output.weight", f.path());
+    DSPARK_TRY(b.Find("d2t", {c.n_vocab_draft}, true).status());
+    std::vector<uint8_t> seen(c.n_vocab, 0);
+    w.d2t.resize(c.n_vocab_draft);
+    for (int j = 0; j < c.n_vocab_draft; ++j) {
+      int64_t id;
+      std::memcpy(&id, d2t->data + 8 * static_cast<size_t>(j), 8);
+      if (id < 0 || id >= c.n_vocab || seen[id])
+        return InvalidArgument("spec: {}: d2t[{}] = {} is out of range [0, {}) or repeated", f.path(), j, id,
+                               c.n_vocab);
+      seen[id] = 1;
+      w.d2t[j] = static_cast<int32_t>(id);
+    }
+  }
+  if (out != nullptr) {
+    DSPARK_ASSIGN_OR_RETURN(w.output, b.Matrix("output.weight", E, c.n_vocab_draft));
+  } else {
+    w.output = target.weights().output;
+  }
+
+  w.layers.resize(c.n_layer);
+  for (int il = 0; il < c.n_layer; ++il) {
+    DflashLayer& l = w.layers[il];
+    auto n = [il](const char* part) { return fmt::format("blk.{}.{}", il, part); };
+    DSPARK_ASSIGN_OR_RETURN(l.attn_norm, b.Vector(n("attn_norm.weight"), E));
+    DSPARK_ASSIGN_OR_RETURN(l.wq, b.Matrix(n("attn_q.weight"), E, c.q_dim()));
+    DSPARK_ASSIGN_OR_RETURN(l.wk, b.Matrix(n("attn_k.weight"), E, c.kv_dim()));
+    DSPARK_ASSIGN_OR_RETURN(l.wv, b.Matrix(n("attn_v.weight"), E, c.kv_dim()));
+    DSPARK_ASSIGN_OR_RETURN(l.wo, b.Matrix(n("attn_output.weight"), c.q_dim(), E));
+    DSPARK_ASSIGN_OR_RETURN(l.q_norm, b.Vector(n("attn_q_norm.weight"), c.head_dim));
+    DSPARK_ASSIGN_OR_RETURN(l.k_norm, b.Vector(n("attn_k_norm.weight"), c.head_dim));
+    DSPARK_ASSIGN_OR_RETURN(l.attn_sinks, b.Vector(n("attn_sinks.weight"), c.n_head, false));
+    DSPARK_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(n("ffn_norm.weight"), E));
+    DSPARK_ASSIGN_OR_RETURN(l.w_gate, b.Matrix(n("ffn_gate.weight"), E, c.n_ff));
+    DSPARK_ASSIGN_OR_RETURN(l.w_up, b.Matrix(n("ffn_up.weight"), E, c.n_ff));
+    DSPARK_ASSIGN_OR_RETURN(l.w_down, b.Matrix(n("ffn_down.weight"), c.n_ff, E));
+  }
+
+  return Status::Ok();
+}
+
+// DSpark's heads, where the file has them: the Markov head and the confidence head.
+Status BindHeads(const gguf::File& f, DraftBinder& b, DflashConfig& c, DflashWeights& w) {
+  const int64_t E = c.n_embd;
+  // DSpark heads.
+  if (const gguf::TensorInfo* w1 = f.FindTensor("markov_w1.weight")) {
+    if (w1->ne.empty()) return InvalidArgument("spec: {}: markov_w1.weight has no dimensions", f.path());
+    c.markov_rank = static_cast<int>(w1->ne[0]);
+    DSPARK_ASSIGN_OR_RETURN(w.markov_w1, b.Matrix("markov_w1.weight", c.markov_rank, c.n_vocab));
+    DSPARK_ASSIGN_OR_RETURN(w.markov_w2, b.Matrix("markov_w2.weight", c.markov_rank, c.n_vocab_draft));
+    DSPARK_ASSIGN_OR_RETURN(w.markov_scale, b.Scale("markov_w2.scale"));
+  }
+  const bool conf_tensor = f.FindTensor("conf_proj.weight") != nullptr;
+  DSPARK_ASSIGN_OR_RETURN(bool conf_key, f.GetBoolOr(Key("has_confidence_head"), conf_tensor));
+  if (conf_key && !conf_tensor)
+    return NotFound("spec: {}: dflash.has_confidence_head is true but tensor 'conf_proj.weight' is missing", f.path());
+  c.has_confidence = conf_key && conf_tensor && c.markov_rank > 0;
+  if (c.has_confidence) {
+    DSPARK_ASSIGN_OR_RETURN(w.conf_w, b.Vector("conf_proj.weight", E + c.markov_rank));
+    DSPARK_ASSIGN_OR_RETURN(std::vector<float> bias, b.Vector("conf_proj.bias", 1, false));
+    w.conf_b = bias.empty() ? 0.0f : bias[0];
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DflashModel>> DflashModel::Load(const std::string& path, const Model& target,
+                                                       const DflashLoadOptions& options) {
+  DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> file, gguf::File::Open(path));
+  return FromFile(std::shared_ptr<const gguf::File>(std::move(file)), target, options);
+}
+
+Result<std::unique_ptr<DflashModel>> DflashModel::FromFile(std::shared_ptr<const gguf::File> file,
+                                                           const Model& target, const DflashLoadOptions& options) {
+  const gguf::File& f = *file;
+  DSPARK_TRY(CheckArch(f));
+  std::unique_ptr<DflashModel> m(new DflashModel());
+  m->file_ = std::move(file);
+  DSPARK_TRY(m->ReadConfig(target.config()));
+  DraftBinder b(f);
+  DSPARK_TRY(BindBackbone(f, target, b, m->config_, m->weights_));
+  DSPARK_TRY(BindHeads(f, b, m->config_, m->weights_));
+  b.WarnUnclaimed();
+  const bool own_output = f.FindTensor("output.weight") != nullptr;
+  const bool own_head = !own_output && m->ReencodeSharedHead();
+  if (options.repack) m->Pack(own_output || own_head);
+  return m;
+}
+
+Status DflashModel::ReadConfig(const ModelConfig& tc) {
+  const gguf::File& f = *file_;
+  DflashConfig& c = config_;
+  // Hyperparameters.
+  DSPARK_ASSIGN_OR_RETURN(c.n_embd, ReadPositive(f, Key("embedding_length")));
+  DSPARK_ASSIGN_OR_RETURN(c.n_layer, ReadPositive(f, Key("block_count")));
+  DSPARK_ASSIGN_OR_RETURN(c.n_ff, ReadPositive(f, Key("feed_forward_length")));
+  DSPARK_ASSIGN_OR_RETURN(c.n_head, ReadPositive(f, Key("attention.head_count")));
+  DSPARK_ASSIGN_OR_RETURN(c.n_head_kv, ReadPositive(f, Key("attention.head_count_kv"), c.n_head));
+  DSPARK_ASSIGN_OR_RETURN(c.head_dim, ReadPositive(f, Key("attention.key_length"), c.n_embd / c.n_head));
+  DSPARK_ASSIGN_OR_RETURN(int head_dim_v, ReadPositive(f, Key("attention.value_length"), c.head_dim));
+  if (head_dim_v != c.head_dim)
+    return InvalidArgument("spec: {}: dflash.attention.value_length {} must equal key_length {}", f.path(), head_dim_v,
+                           c.head_dim);
+  if (c.n_head % c.n_head_kv != 0)
+    return InvalidArgument("spec: {}: n_head {} is not a multiple of n_head_kv {}", f.path(), c.n_head, c.n_head_kv);
+  DSPARK_ASSIGN_OR_RETURN(double eps, f.GetFloatOr(Key("attention.layer_norm_rms_epsilon"), 1e-6));
+  if (!(eps > 0 && eps < 1)) return InvalidArgument("spec: {}: rms epsilon {} out of range", f.path(), eps);
+  c.rms_eps = static_cast<float>(eps);
+  if (c.n_embd != tc.n_embd)
+    return InvalidArgument("spec: {}: draft width dflash.embedding_length = {} differs from the target's hidden size "
+                           "{}; a dflash draft must be as wide as its target",
+                           f.path(), c.n_embd, tc.n_embd);
+  c.rope.style = RopeStyle::kNeox;  // llama.cpp always runs this backbone with NeoX RoPE
+  c.rope.n_rot = c.head_dim;
+  DSPARK_ASSIGN_OR_RETURN(double base, f.GetFloatOr(Key("rope.freq_base"), 10000.0));
+  if (!(base > 1)) return InvalidArgument("spec: {}: dflash.rope.freq_base {} must be > 1", f.path(), base);
+  c.rope.freq_base = static_cast<float>(base);
+  DSPARK_ASSIGN_OR_RETURN(std::string scaling, f.GetStringOr(Key("rope.scaling.type"), "none"));
+  if (scaling != "none")
+    return Unimplemented("spec: {}: dflash.rope.scaling.type '{}' is not supported yet (only none)", f.path(), scaling);
+  if (f.Has(Key("attention.sliding_window")))
+    return Unimplemented("spec: {}: sliding-window dflash drafts are not supported yet", f.path());
+
+  // DFlash / DSpark keys.
+  if (!f.Has(Key("target_layers")))
+    return NotFound("spec: {}: required key 'dflash.target_layers' is missing", f.path());
+  DSPARK_ASSIGN_OR_RETURN(std::vector<int64_t> layers, f.GetIntArray(Key("target_layers")));
+  if (layers.empty()) return InvalidArgument("spec: {}: dflash.target_layers is empty", f.path());
+  for (int64_t l : layers) {
+    if (l < 0 || l > tc.n_layer)
+      return OutOfRange("spec: {}: dflash.target_layers has {}, outside the target's layers [0, {}] (the target has "
+                        "{} layers; values are stored +1, as the input of that layer)",
+                        f.path(), l, tc.n_layer, tc.n_layer);
+    c.target_layers.push_back(static_cast<int>(l));
+  }
+  DSPARK_ASSIGN_OR_RETURN(c.block_size, ReadPositive(f, Key("block_size"), 16));
+  DSPARK_ASSIGN_OR_RETURN(bool from_anchor, f.GetBoolOr(Key("sample_from_anchor"), true));
+  DSPARK_ASSIGN_OR_RETURN(c.causal, f.GetBoolOr(Key("attention.causal"), false));
+  // sample_from_anchor is DSpark's (a Markov-head file's) key; DFlash always drafts in place.
+  c.layout = f.FindTensor("markov_w1.weight") != nullptr && from_anchor ? BlockLayout::kAnchorFirst
+                                                                        : BlockLayout::kBonusAnchor;
+  if (c.max_drafts() < 1)
+    return InvalidArgument("spec: {}: dflash.block_size {} leaves no draft slot in the bonus-anchor layout", f.path(),
+                           c.block_size);
+  c.n_vocab = tc.n_vocab;
+  if (!f.Has("tokenizer.ggml.mask_token_id"))
+    return NotFound("spec: {}: the draft has no mask token (tokenizer.ggml.mask_token_id); it is the token that fills "
+                    "the draft block",
+                    f.path());
+  DSPARK_ASSIGN_OR_RETURN(int64_t mask, f.GetInt("tokenizer.ggml.mask_token_id"));
+  if (mask < 0 || mask >= c.n_vocab)
+    return OutOfRange("spec: {}: tokenizer.ggml.mask_token_id {} is outside the embedding table [0, {})", f.path(),
+                      mask, c.n_vocab);
+  c.mask_token_id = static_cast<int32_t>(mask);
+  return Status::Ok();
+}
+
+// A quantised drafter reads a shared float head in its own type: the head is about a third of a
+// drafting pass's weight traffic, and verification keeps the output exact whatever the drafter
+// computes (it can only change which tokens get drafted). Returns whether it did.
+bool DflashModel::ReencodeSharedHead() {
+  DflashWeights& w = weights_;
+  const DType own_type = w.layers.empty() ? DType::kF32 : w.layers[0].wq.type;
+  if (!Info(own_type).quantized || Info(w.output.type).quantized || w.output.cols % Info(own_type).block_size != 0 ||
+      !ops::CanQuantize(own_type))
+    return false;
+  own_head_.resize(static_cast<size_t>(w.output.rows) * RowBytes(own_type, w.output.cols));
+  ReencodeMatrix(w.output, own_type, own_head_.data());
+  w.output = ops::WeightView{own_head_.data(), own_type, w.output.rows, w.output.cols};
+  return true;
+}
+
+// The drafter's own matrices; a shared target head arrives already packed with the target.
+// markov_w2 runs once per chained slot (null without a Markov head: Pack skips it). Projections
+// that read the same activations are also packed fused, as in Model; a matrix a fused copy serves
+// is not packed again on its own (blocks read Q/K/V through wqkv, the injection K/V through wkv).
+void DflashModel::Pack(bool pack_output) {
+  DflashWeights& w = weights_;
+  std::vector<ops::WeightView*> views = {&w.fc, &w.markov_w2};
+  if (pack_output) views.push_back(&w.output);
+  for (DflashLayer& l : w.layers) {
+    const bool qkv = packed_.PackFused({&l.wq, &l.wk, &l.wv}, &l.wqkv);
+    const bool kv = packed_.PackFused({&l.wk, &l.wv}, &l.wkv);
+    const bool gate_up = packed_.PackFused({&l.w_gate, &l.w_up}, &l.w_gate_up);
+    if (!qkv) views.push_back(&l.wq);
+    if (!qkv || !kv)
+      for (ops::WeightView* v : {&l.wk, &l.wv}) views.push_back(v);
+    if (!gate_up)
+      for (ops::WeightView* v : {&l.w_gate, &l.w_up}) views.push_back(v);
+    for (ops::WeightView* v : {&l.wo, &l.w_down}) views.push_back(v);
+  }
+  packed_.Pack(views);
+}
+
+}  // namespace dspark
