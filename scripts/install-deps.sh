@@ -18,6 +18,7 @@ PKGS=(
   # the half of the stdlib Debian ships apart (the training corpus, tools/train/dspark_train/corpus.py).
   python3-torch python3-numpy python3-sentencepiece libopenblas0-pthread python3-tqdm
   libpython3.11-testsuite python3-pytest
+  pybind11-dev python3-dev  # the Python module `dspark` (python/, pybind11); its tests use python3-pytest
   chromium              # headless playground test (tests/e2e/playground_test.cc)
 )
 
