@@ -130,20 +130,30 @@ void DflashForward::Inject(std::span<const DflashJob> jobs, ThreadPool& pool) {
   for (const DflashJob& job : jobs) job.context->cache_.Advance(0, job.n_ctx_rows);
 }
 
+// Block: pre-norm Qwen3 layers whose attention sees [own context ; own block], for the block rows
+// of every job in one batch (row0[j]: job j's first row).
 void DflashForward::RunBlocks(std::span<const DflashJob> jobs, ThreadPool& pool) {
+  const DflashConfig& c = model_.config();
+  std::vector<int> row0(jobs.size() + 1, 0);
+  for (size_t j = 0; j < jobs.size(); ++j) row0[j + 1] = row0[j] + static_cast<int>(jobs[j].block.size());
+  const int n_rows = row0.back();
+  if (n_rows == 0) return;
+  const std::vector<AttentionTask> tasks = PrepareBlocks(jobs, row0);
+  for (int il = 0; il < c.n_layer; ++il) {
+    BlockAttention(il, jobs, row0, tasks, pool);
+    BlockFfn(il, n_rows, pool);
+  }
+  WriteOutputs(jobs, row0, pool);
+}
+
+std::vector<DflashForward::AttentionTask> DflashForward::PrepareBlocks(std::span<const DflashJob> jobs,
+                                                                       std::span<const int> row0) {
   const DflashConfig& c = model_.config();
   const DflashWeights& w = model_.weights();
   const int64_t E = c.n_embd;
   const int half = c.head_dim / 2;
   const int kv_dim = c.kv_dim();
-  // Block rows of all jobs, in job order; row0[j] is job j's first.
-  std::vector<int> row0(jobs.size() + 1, 0);
-  for (size_t j = 0; j < jobs.size(); ++j) row0[j + 1] = row0[j] + static_cast<int>(jobs[j].block.size());
-  const int n_rows = row0.back();
-  if (n_rows == 0) return;
-  const size_t rows = static_cast<size_t>(n_rows);
-
-  // Block: pre-norm Qwen3 layers whose attention sees [own context ; own block].
+  const size_t rows = static_cast<size_t>(row0.back());
   x_.resize(rows * E);
   h_.resize(rows * E);
   q_.resize(rows * c.q_dim());
@@ -166,7 +176,6 @@ void DflashForward::RunBlocks(std::span<const DflashJob> jobs, ThreadPool& pool)
     }
   }
   const int group = c.n_head / c.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   // Causal blocks: row i sees the context and block rows 0..i.
   if (c.causal) {
     for (const DflashJob& job : jobs) {
@@ -181,78 +190,100 @@ void DflashForward::RunBlocks(std::span<const DflashJob> jobs, ThreadPool& pool)
   // Rows per attention task: ~16 query heads share each key tile load (as in Model::Forward).
   // Tasks: (job, K/V head, unit of that job's block rows).
   const int per_unit = std::max(1, 16 / group);
-  struct Task {
-    int job, r0, nr;
-  };
-  std::vector<Task> tasks;
+  std::vector<AttentionTask> tasks;
   for (size_t j = 0; j < jobs.size(); ++j)
     for (int r = 0; r < static_cast<int>(jobs[j].block.size()); r += per_unit)
       tasks.push_back({static_cast<int>(j), r, std::min(per_unit, static_cast<int>(jobs[j].block.size()) - r)});
+  return tasks;
+}
+
+// One layer's attention over every job's block rows, and its residual.
+void DflashForward::BlockAttention(int il, std::span<const DflashJob> jobs, std::span<const int> row0,
+                                   std::span<const AttentionTask> tasks, ThreadPool& pool) {
+  const DflashConfig& c = model_.config();
+  const DflashLayer& L = model_.weights().layers[il];
+  const int64_t E = c.n_embd;
+  const int half = c.head_dim / 2;
+  const int kv_dim = c.kv_dim();
+  const int n_rows = row0.back();
+  const int group = c.n_head / c.n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int64_t n_tasks = static_cast<int64_t>(tasks.size()) * c.n_head_kv;
-
-  for (int il = 0; il < c.n_layer; ++il) {
-    const DflashLayer& L = w.layers[il];
-    RmsRows(x_.data(), L.attn_norm, c.rms_eps, n_rows, E, h_.data());
-    if (L.wqkv.rows > 0) {
-      ops::MatMul(L.wqkv, h_.data(), n_rows, fused_.data(), pool);
-      ops::SplitColumns(fused_.data(), n_rows, {{c.q_dim(), q_.data()}, {kv_dim, k_.data()}, {kv_dim, v_.data()}});
-    } else {
-      ops::MatMul(L.wq, h_.data(), n_rows, q_.data(), pool);
-      ops::MatMul(L.wk, h_.data(), n_rows, k_.data(), pool);
-      ops::MatMul(L.wv, h_.data(), n_rows, v_.data(), pool);
-    }
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      KvCache& cache = jobs[j].context->cache_;
-      const int n_cells = cache.Length(0);  // block cells follow at n_cells..
-      for (int i = 0; i < static_cast<int>(jobs[j].block.size()); ++i) {
-        const size_t r = static_cast<size_t>(row0[j] + i);
-        const float* ct = cos_.data() + r * half;
-        const float* st = sin_.data() + r * half;
-        NormRope(rope_, ct, st, L.q_norm, c.rms_eps, c.n_head, c.head_dim, q_.data() + r * c.q_dim());
-        float* k = k_.data() + r * kv_dim;
-        NormRope(rope_, ct, st, L.k_norm, c.rms_eps, c.n_head_kv, c.head_dim, k);
-        cache.Write(il, 0, n_cells + i, k, v_.data() + r * kv_dim);
-      }
-    }
-    // Every block row sees its sequence's context (cells 0..n_cells-1) and the block rows its
-    // mask allows. An attention sink is one more logit per head that contributes no value.
-    pool.ParallelFor(n_tasks, [&](int64_t index, int) {
-      const Task& t = tasks[index / c.n_head_kv];
-      const int kvh = static_cast<int>(index % c.n_head_kv);
-      const DflashJob& job = jobs[t.job];
-      const KvCache& cache = job.context->cache_;
-      const int n_cells = cache.Length(0);
-      const int n_blk = static_cast<int>(job.block.size());
-      const int n_all = n_cells + n_blk;
-      const size_t r0 = static_cast<size_t>(row0[t.job] + t.r0);
-      const size_t head0 = static_cast<size_t>(kvh) * group;
-      thread_local std::vector<float> scratch;
-      scratch.resize(static_cast<size_t>(ops::AttentionScratch(t.nr * group, n_all, c.head_dim)));
-      ops::Attention(q_.data() + r0 * c.q_dim() + head0 * c.head_dim, c.q_dim(), t.nr * group, group, c.head_dim,
-                     c.head_dim, cache.type(), cache.KTiles(il, 0, kvh), cache.V(il, 0, kvh, 0), c.head_dim, n_all,
-                     c.causal ? n_cells : n_all,
-                     c.causal ? causal_[n_blk].data() + static_cast<size_t>(t.r0) * n_blk : nullptr, scale,
-                     L.attn_sinks.empty() ? nullptr : L.attn_sinks.data() + head0, scratch.data(),
-                     att_.data() + r0 * c.q_dim() + head0 * c.head_dim, c.q_dim());
-    });
-    ops::MatMul(L.wo, att_.data(), n_rows, tmp_.data(), pool);
-    ops::Add(tmp_.data(), static_cast<int64_t>(n_rows) * E, x_.data());
-    RmsRows(x_.data(), L.ffn_norm, c.rms_eps, n_rows, E, h_.data());
-    if (L.w_gate_up.rows > 0) {
-      ops::MatMul(L.w_gate_up, h_.data(), n_rows, fused_.data(), pool);
-      for (int i = 0; i < n_rows; ++i) {
-        const float* gu = fused_.data() + static_cast<size_t>(i) * 2 * c.n_ff;
-        ops::SiluMul(gu, gu + c.n_ff, c.n_ff, gate_.data() + static_cast<size_t>(i) * c.n_ff);
-      }
-    } else {
-      ops::MatMul(L.w_gate, h_.data(), n_rows, gate_.data(), pool);
-      ops::MatMul(L.w_up, h_.data(), n_rows, up_.data(), pool);
-      ops::SiluMul(gate_.data(), up_.data(), static_cast<int64_t>(n_rows) * c.n_ff, gate_.data());
-    }
-    ops::MatMul(L.w_down, gate_.data(), n_rows, tmp_.data(), pool);
-    ops::Add(tmp_.data(), static_cast<int64_t>(n_rows) * E, x_.data());
+  RmsRows(x_.data(), L.attn_norm, c.rms_eps, n_rows, E, h_.data());
+  if (L.wqkv.rows > 0) {
+    ops::MatMul(L.wqkv, h_.data(), n_rows, fused_.data(), pool);
+    ops::SplitColumns(fused_.data(), n_rows, {{c.q_dim(), q_.data()}, {kv_dim, k_.data()}, {kv_dim, v_.data()}});
+  } else {
+    ops::MatMul(L.wq, h_.data(), n_rows, q_.data(), pool);
+    ops::MatMul(L.wk, h_.data(), n_rows, k_.data(), pool);
+    ops::MatMul(L.wv, h_.data(), n_rows, v_.data(), pool);
   }
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    KvCache& cache = jobs[j].context->cache_;
+    const int n_cells = cache.Length(0);  // block cells follow at n_cells..
+    for (int i = 0; i < static_cast<int>(jobs[j].block.size()); ++i) {
+      const size_t r = static_cast<size_t>(row0[j] + i);
+      const float* ct = cos_.data() + r * half;
+      const float* st = sin_.data() + r * half;
+      NormRope(rope_, ct, st, L.q_norm, c.rms_eps, c.n_head, c.head_dim, q_.data() + r * c.q_dim());
+      float* k = k_.data() + r * kv_dim;
+      NormRope(rope_, ct, st, L.k_norm, c.rms_eps, c.n_head_kv, c.head_dim, k);
+      cache.Write(il, 0, n_cells + i, k, v_.data() + r * kv_dim);
+    }
+  }
+  // Every block row sees its sequence's context (cells 0..n_cells-1) and the block rows its
+  // mask allows. An attention sink is one more logit per head that contributes no value.
+  pool.ParallelFor(n_tasks, [&](int64_t index, int) {
+    const AttentionTask& t = tasks[index / c.n_head_kv];
+    const int kvh = static_cast<int>(index % c.n_head_kv);
+    const DflashJob& job = jobs[t.job];
+    const KvCache& cache = job.context->cache_;
+    const int n_cells = cache.Length(0);
+    const int n_blk = static_cast<int>(job.block.size());
+    const int n_all = n_cells + n_blk;
+    const size_t r0 = static_cast<size_t>(row0[t.job] + t.r0);
+    const size_t head0 = static_cast<size_t>(kvh) * group;
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(ops::AttentionScratch(t.nr * group, n_all, c.head_dim)));
+    ops::Attention(q_.data() + r0 * c.q_dim() + head0 * c.head_dim, c.q_dim(), t.nr * group, group, c.head_dim,
+                   c.head_dim, cache.type(), cache.KTiles(il, 0, kvh), cache.V(il, 0, kvh, 0), c.head_dim, n_all,
+                   c.causal ? n_cells : n_all,
+                   c.causal ? causal_[n_blk].data() + static_cast<size_t>(t.r0) * n_blk : nullptr, scale,
+                   L.attn_sinks.empty() ? nullptr : L.attn_sinks.data() + head0, scratch.data(),
+                   att_.data() + r0 * c.q_dim() + head0 * c.head_dim, c.q_dim());
+  });
+  ops::MatMul(L.wo, att_.data(), n_rows, tmp_.data(), pool);
+  ops::Add(tmp_.data(), static_cast<int64_t>(n_rows) * E, x_.data());
+}
 
+// One layer's SwiGLU feed-forward over all block rows, and its residual.
+void DflashForward::BlockFfn(int il, int n_rows, ThreadPool& pool) {
+  const DflashConfig& c = model_.config();
+  const DflashLayer& L = model_.weights().layers[il];
+  const int64_t E = c.n_embd;
+  RmsRows(x_.data(), L.ffn_norm, c.rms_eps, n_rows, E, h_.data());
+  if (L.w_gate_up.rows > 0) {
+    ops::MatMul(L.w_gate_up, h_.data(), n_rows, fused_.data(), pool);
+    for (int i = 0; i < n_rows; ++i) {
+      const float* gu = fused_.data() + static_cast<size_t>(i) * 2 * c.n_ff;
+      ops::SiluMul(gu, gu + c.n_ff, c.n_ff, gate_.data() + static_cast<size_t>(i) * c.n_ff);
+    }
+  } else {
+    ops::MatMul(L.w_gate, h_.data(), n_rows, gate_.data(), pool);
+    ops::MatMul(L.w_up, h_.data(), n_rows, up_.data(), pool);
+    ops::SiluMul(gate_.data(), up_.data(), static_cast<int64_t>(n_rows) * c.n_ff, gate_.data());
+  }
+  ops::MatMul(L.w_down, gate_.data(), n_rows, tmp_.data(), pool);
+  ops::Add(tmp_.data(), static_cast<int64_t>(n_rows) * E, x_.data());
+}
+
+// The final norm and the LM head; each job's rows go to its BlockOutput (d2t-scattered).
+void DflashForward::WriteOutputs(std::span<const DflashJob> jobs, std::span<const int> row0, ThreadPool& pool) {
+  const DflashConfig& c = model_.config();
+  const DflashWeights& w = model_.weights();
+  const int64_t E = c.n_embd;
+  const int n_rows = row0.back();
+  const size_t rows = static_cast<size_t>(n_rows);
   hidden_.resize(rows * E);
   RmsRows(x_.data(), w.output_norm, c.rms_eps, n_rows, E, hidden_.data());
   logits_.resize(rows * c.n_vocab_draft);

@@ -70,6 +70,15 @@ class DflashForward {
  private:
   void Inject(std::span<const DflashJob> jobs, ThreadPool& pool);
   void RunBlocks(std::span<const DflashJob> jobs, ThreadPool& pool);
+  // A unit of block attention: `nr` block rows from r0 of one job (for every K/V head).
+  struct AttentionTask {
+    int job, r0, nr;
+  };
+  std::vector<AttentionTask> PrepareBlocks(std::span<const DflashJob> jobs, std::span<const int> row0);
+  void BlockAttention(int il, std::span<const DflashJob> jobs, std::span<const int> row0,
+                      std::span<const AttentionTask> tasks, ThreadPool& pool);
+  void BlockFfn(int il, int n_rows, ThreadPool& pool);
+  void WriteOutputs(std::span<const DflashJob> jobs, std::span<const int> row0, ThreadPool& pool);
 
   const DflashModel& model_;
   Rope rope_;
