@@ -36,3 +36,32 @@ function(dspark_add_test name)
   dspark_target_defaults(${name})
   gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
 endfunction()
+
+# dspark_make_pic(target): builds `target` and the static libraries it links to (its whole link
+# closure, walked so that a new library is covered) as position-independent code, for the shared
+# objects made from them (libdspark.so, the Python module). -fno-semantic-interposition keeps
+# -fPIC code as fast as the executables' default -fPIE: calls between a library's own functions
+# stay direct and inlinable. Safe to call more than once.
+function(dspark_make_pic target)
+  if(NOT TARGET ${target})
+    return()
+  endif()
+  get_property(done GLOBAL PROPERTY DSPARK_PIC_DONE)
+  if(${target} IN_LIST done)
+    return()
+  endif()
+  set_property(GLOBAL APPEND PROPERTY DSPARK_PIC_DONE ${target})
+  get_target_property(imported ${target} IMPORTED)
+  get_target_property(type ${target} TYPE)
+  if(imported OR NOT (type STREQUAL "STATIC_LIBRARY" OR type STREQUAL "OBJECT_LIBRARY"))
+    return()
+  endif()
+  set_property(TARGET ${target} PROPERTY POSITION_INDEPENDENT_CODE ON)
+  target_compile_options(${target} PRIVATE -fno-semantic-interposition)
+  get_target_property(libs ${target} LINK_LIBRARIES)
+  if(libs)
+    foreach(lib IN LISTS libs)
+      dspark_make_pic(${lib})
+    endforeach()
+  endif()
+endfunction()
