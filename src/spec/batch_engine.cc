@@ -153,7 +153,8 @@ void BatchEngine::Admit() {
     s->context = s->prompt;
     s->rng = Rng(s->options.sampling.seed);
     s->draft_rng = Rng(s->options.sampling.seed ^ 0x5eedd12af7ull);
-    s->detok = std::make_unique<StreamingDetokenizer>(tokenizer_);
+    // The generated text continues the prompt: its first piece keeps a SentencePiece space prefix.
+    s->detok = std::make_unique<StreamingDetokenizer>(tokenizer_, false, /*text_start=*/false);
     s->stops = std::make_unique<StopStringMatcher>(s->options.stop);
     if (planner_ != nullptr) planner_->Begin(slot);
     s->result.stats.prompt_tokens = static_cast<int64_t>(s->prompt.size());

@@ -4,8 +4,8 @@
 
 namespace dspark {
 
-StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool render_special)
-    : tokenizer_(tokenizer), render_special_(render_special) {}
+StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool render_special, bool text_start)
+    : tokenizer_(tokenizer), render_special_(render_special), text_start_(text_start), at_start_(text_start) {}
 
 std::string StreamingDetokenizer::Push(int32_t id) {
   std::string piece = tokenizer_.TokenToPiece(id, render_special_);
@@ -29,7 +29,7 @@ std::string StreamingDetokenizer::Flush() {
 
 void StreamingDetokenizer::Reset() {
   pending_.clear();
-  at_start_ = true;
+  at_start_ = text_start_;
 }
 
 }  // namespace dspark

@@ -99,9 +99,13 @@ class Tokenizer {
 // incomplete trailing sequence are held back until it completes. Bytes that can never become
 // valid UTF-8 are passed through unchanged, so the concatenation of all outputs (Push... then
 // Flush) equals Tokenizer::Decode of the same ids. Not thread-safe; one per sequence.
+//
+// `text_start`: the ids begin a text, so a SentencePiece vocabulary's added space prefix comes off
+// the first piece, as Decode does. Generated tokens continue their prompt (text_start false): the
+// first one keeps its leading space, as llama.cpp's generation prints it.
 class StreamingDetokenizer {
  public:
-  explicit StreamingDetokenizer(const Tokenizer& tokenizer, bool render_special = false);
+  explicit StreamingDetokenizer(const Tokenizer& tokenizer, bool render_special = false, bool text_start = true);
   std::string Push(int32_t id);
   std::string Flush();  // returns whatever is held back, complete or not, and resets
   void Reset();
@@ -109,7 +113,8 @@ class StreamingDetokenizer {
  private:
   const Tokenizer& tokenizer_;
   bool render_special_;
-  bool at_start_ = true;  // the leading-space removal of Decode still applies
+  bool text_start_;
+  bool at_start_;  // the leading-space removal of Decode still applies
   std::string pending_;
 };
 

@@ -119,6 +119,30 @@ TEST(StreamingDetokenizer, HoldsBackSplitCharacterAcrossByteTokens) {
   EXPECT_EQ(stream.Flush(), "");
 }
 
+TEST(StreamingDetokenizer, GeneratedTextKeepsTheFirstPiecesSpaceAsLlamaCppPrintsIt) {
+  // "    def" in a SentencePiece vocabulary with a space prefix: the text's first piece starts
+  // with "▁". At the start of a text Decode drops the added space; continuing a prompt (generated
+  // tokens) the stream prints every piece whole, as llama.cpp's generation does.
+  const Tokenizer& tok = Vocab("llama-spm");
+  ASSERT_TRUE(tok.add_space_prefix());
+  const std::vector<int32_t> ids = tok.Encode("    def f():", EncodeOptions{.add_bos = false});
+  ASSERT_FALSE(ids.empty());
+  std::string pieces;
+  for (int32_t id : ids) pieces += tok.TokenToPiece(id);
+  ASSERT_EQ(pieces.substr(0, 5), "     ");
+  StreamingDetokenizer continuing(tok, false, /*text_start=*/false), starting(tok);
+  std::string cont, start;
+  for (int32_t id : ids) {
+    cont += continuing.Push(id);
+    start += starting.Push(id);
+  }
+  EXPECT_EQ(cont + continuing.Flush(), pieces);
+  EXPECT_EQ(start + starting.Flush(), tok.Decode(ids));
+  EXPECT_EQ(tok.Decode(ids), "    def f():");
+  continuing.Reset();
+  EXPECT_EQ(continuing.Push(ids[0]), tok.TokenToPiece(ids[0]));  // Reset keeps the mode
+}
+
 TEST(StreamingDetokenizer, FlushReleasesIncompleteTail) {
   const Tokenizer& tok = Vocab("llama-spm");
   const auto lead = tok.FindToken("<0xF0>");
