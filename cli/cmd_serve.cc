@@ -86,6 +86,8 @@ int RunServe(ServeFlags f) {
     f.server.chat_template = *tmpl;
   }
   f.server.spec_type = f.drafter.type;
+  f.server.draft_model = f.drafter.type == "none" ? "" : f.drafter.draft_model;
+  f.server.n_ctx_train = model.config().n_ctx_train;
   if (!f.alias.empty()) {
     f.server.model_name = f.alias;
   } else {

@@ -293,7 +293,9 @@ void HttpServer::Impl::Routes() {
   http.set_keep_alive_timeout(2);
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (opt.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    const bool v1 = req.path.rfind("/v1/", 0) == 0;
+    const bool protected_path = v1 || req.path == "/tokenize" || req.path == "/detokenize";
+    if (opt.api_key.empty() || !protected_path) return httplib::Server::HandlerResponse::Unhandled;
     if (BearerMatches(req.get_header_value("Authorization"), opt.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
     ApiError e;
@@ -301,7 +303,10 @@ void HttpServer::Impl::Routes() {
     e.type = "authentication_error";
     e.code = "invalid_api_key";
     e.message = "missing or wrong API key: send \"Authorization: Bearer <key>\" (the key given to --api-key)";
-    Fail(res, req.path, Clock::now(), e);
+    if (v1)
+      Fail(res, req.path, Clock::now(), e);
+    else
+      SendError(res, e);  // the request metrics count generations (/v1) only
     return httplib::Server::HandlerResponse::Handled;
   });
   http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
@@ -345,16 +350,45 @@ void HttpServer::Impl::Routes() {
   http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     HandleGenerate(req, res, Endpoint::kChatCompletions);
   });
+  // llama.cpp server's tokenizer endpoints (same shapes), for clients that count or inspect tokens.
+  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    TokenizeRequest r;
+    if (auto e = ParseTokenizeRequest(req.body, &r)) return SendError(res, *e);
+    EncodeOptions eo;
+    eo.add_bos = r.add_special;
+    eo.add_eos = r.add_special;
+    eo.parse_special = r.parse_special;
+    const std::vector<int32_t> ids = tokenizer.Encode(r.content, eo);
+    nlohmann::json tokens = nlohmann::json::array();
+    for (const int32_t id : ids) {
+      if (r.with_pieces)
+        tokens.push_back({{"id", id}, {"piece", PieceJson(tokenizer.TokenToPiece(id, /*render_special=*/true))}});
+      else
+        tokens.push_back(id);
+    }
+    res.set_content(Dump({{"tokens", tokens}}), "application/json");
+  });
+  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    std::vector<int32_t> ids;
+    if (auto e = ParseDetokenizeRequest(req.body, tokenizer.n_vocab(), &ids)) return SendError(res, *e);
+    // Control tokens render as their text, as llama.cpp's /detokenize does; invalid UTF-8 becomes U+FFFD.
+    res.set_content(Dump({{"content", tokenizer.Decode(ids, /*render_special=*/true)}}), "application/json");
+  });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    nlohmann::json model = {{"id", opt.model_name},
-                            {"object", "model"},
-                            {"created", created},
-                            {"owned_by", "dspark"},
-                            {"dspark",
-                             {{"spec_type", opt.spec_type},
-                              {"n_ctx", engine.options().n_ctx},
-                              {"parallel", engine.options().n_parallel},
-                              {"chat_template", chat_template.has_value()}}}};
+    const auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
+    nlohmann::json model = {
+        {"id", opt.model_name},
+        {"object", "model"},
+        {"created", created},
+        {"owned_by", "dspark"},
+        {"dspark",
+         {{"spec_type", opt.spec_type},
+          {"n_ctx", engine.options().n_ctx},  // per slot: the most prompt + completion tokens of one request
+          {"n_ctx_train", opt.n_ctx_train > 0 ? nlohmann::json(opt.n_ctx_train) : nlohmann::json(nullptr)},
+          {"n_vocab", tokenizer.n_vocab()},
+          {"parallel", engine.options().n_parallel},
+          {"drafter", {{"spec_type", opt.spec_type}, {"draft_model", or_null(opt.draft_model)}}},
+          {"chat_template", chat_template.has_value()}}}};
     res.set_content(Dump({{"object", "list"}, {"data", nlohmann::json::array({model})}}), "application/json");
   });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {

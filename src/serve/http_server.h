@@ -16,9 +16,12 @@ namespace dspark::serve {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;               // 0: any free port (tests)
-  std::string api_key;           // non-empty: every /v1 endpoint needs "Authorization: Bearer <key>"
+  std::string api_key;           // non-empty: every /v1 endpoint, /tokenize and /detokenize need
+                                 // "Authorization: Bearer <key>"
   std::string model_name = "dspark";  // reported by /v1/models and in responses
   std::string spec_type = "none";     // reported by /health and /v1/models
+  std::string draft_model;            // the drafter's model file (-md), reported by /v1/models; empty: none
+  int n_ctx_train = 0;                // the model's training context, reported by /v1/models; 0: unknown
   size_t max_body_bytes = 1 << 20;    // larger bodies get 413
   int max_queue = 64;            // requests waiting for a slot beyond --parallel; more get 429
   int http_threads = 0;          // 0: parallel + max_queue + 4

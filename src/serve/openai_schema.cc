@@ -189,15 +189,162 @@ std::optional<ApiError> ReadMessages(const ojson& body, ApiRequest* out) {
       if (kv.key() != "role" && kv.key() != "content") msg.extra[kv.key()] = kv.value();
     out->messages.push_back(std::move(msg));
   }
-  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
-    if (!tools->is_array()) return WrongType("tools", "an array", *tools);
-    out->template_vars["tools"] = *tools;
-  }
   if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
     if (!kw->is_object()) return WrongType("chat_template_kwargs", "an object", *kw);
     for (auto kv = kw->begin(); kv != kw->end(); ++kv) out->template_vars[kv.key()] = kv.value();
   }
   return std::nullopt;
+}
+
+ApiError UnknownField(const std::string& field, Endpoint endpoint) {
+  return BadRequest(field, "unknown_parameter",
+                    fmt::format("unrecognised request field '{}' for {} (the accepted fields are listed in the "
+                                "server's README, src/serve/README.md)",
+                                field, endpoint == Endpoint::kChatCompletions ? "/v1/chat/completions" : "/v1/completions"));
+}
+
+ApiError Unsupported(const std::string& field, const std::string& what) {
+  return BadRequest(field, "unsupported", fmt::format("'{}' is not supported by this server: {}", field, what));
+}
+
+// Fields of OpenAI features the server does not implement are accepted only at their neutral
+// value (what the client gets anyway); anything else is a 400, never silently ignored.
+std::optional<ApiError> CheckNeutral(const std::string& key, const ojson& v, Endpoint endpoint) {
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  if (v.is_null()) return std::nullopt;
+  if (key == "frequency_penalty" || key == "presence_penalty") {
+    if (!v.is_number()) return WrongType(key, "a number", v);
+    if (v.get<double>() != 0) return Unsupported(key, "repetition penalties are not implemented (only 0 is accepted)");
+    return std::nullopt;
+  }
+  if (key == "logit_bias") {
+    if (!v.is_object()) return WrongType(key, "an object", v);
+    if (!v.empty()) return Unsupported(key, "logit biases are not implemented (only {} is accepted)");
+    return std::nullopt;
+  }
+  if (key == "logprobs") {
+    if (chat) {
+      if (!v.is_boolean()) return WrongType(key, "a boolean", v);
+      if (v.get<bool>()) return Unsupported(key, "log probabilities are not returned (only false is accepted)");
+      return std::nullopt;
+    }
+    if (!v.is_number()) return WrongType(key, "an integer", v);
+    return Unsupported(key, "log probabilities are not returned (only null is accepted)");
+  }
+  if (key == "top_logprobs") {
+    if (!v.is_number()) return WrongType(key, "an integer", v);
+    if (v.get<double>() != 0) return Unsupported(key, "log probabilities are not returned (only 0 is accepted)");
+    return std::nullopt;
+  }
+  if (key == "echo") {
+    if (!v.is_boolean()) return WrongType(key, "a boolean", v);
+    if (v.get<bool>()) return Unsupported(key, "the prompt is not echoed (only false is accepted)");
+    return std::nullopt;
+  }
+  if (key == "suffix") {
+    if (!v.is_string()) return WrongType(key, "a string", v);
+    if (!v.get<std::string>().empty()) return Unsupported(key, "insertion (fill in the middle) is not implemented");
+    return std::nullopt;
+  }
+  if (key == "tools") {
+    if (!v.is_array()) return WrongType(key, "an array", v);
+    if (!v.empty()) return Unsupported(key, "tool calling is not implemented (only [] is accepted)");
+    return std::nullopt;
+  }
+  if (key == "tool_choice") {
+    if (v.is_string() && (v.get<std::string>() == "none" || v.get<std::string>() == "auto")) return std::nullopt;
+    if (!v.is_string() && !v.is_object()) return WrongType(key, "a string or an object", v);
+    return Unsupported(key, "tool calling is not implemented (only \"none\" and \"auto\" are accepted)");
+  }
+  if (key == "response_format") {
+    if (!v.is_object()) return WrongType(key, "an object", v);
+    auto type = v.find("type");
+    if (v.size() == 1 && type != v.end() && type->is_string() && type->get<std::string>() == "text") return std::nullopt;
+    return Unsupported(key, "structured output is not implemented (only {\"type\": \"text\"} is accepted)");
+  }
+  return std::nullopt;
+}
+
+// Harmless fields: accepted (type-checked) and ignored; they do not change the output.
+std::optional<ApiError> CheckHarmless(const std::string& key, const ojson& v) {
+  if (v.is_null()) return std::nullopt;
+  if ((key == "user" || key == "service_tier") && !v.is_string()) return WrongType(key, "a string", v);
+  if (key == "metadata" && !v.is_object()) return WrongType(key, "an object", v);
+  if ((key == "store" || key == "parallel_tool_calls") && !v.is_boolean()) return WrongType(key, "a boolean", v);
+  return std::nullopt;
+}
+
+enum class FieldKind { kRead, kNeutral, kHarmless };
+
+// Every field an endpoint accepts. kRead: ParseRequest reads it. kNeutral: an unimplemented
+// feature, accepted at its neutral value only. kHarmless: accepted and ignored.
+std::optional<FieldKind> FieldKindOf(const std::string& key, Endpoint endpoint) {
+  static const std::vector<std::pair<const char*, FieldKind>> kCommon = {
+      {"model", FieldKind::kRead},          {"max_tokens", FieldKind::kRead},
+      {"max_completion_tokens", FieldKind::kRead}, {"temperature", FieldKind::kRead},
+      {"top_p", FieldKind::kRead},          {"min_p", FieldKind::kRead},
+      {"top_k", FieldKind::kRead},          {"seed", FieldKind::kRead},
+      {"stop", FieldKind::kRead},           {"stream", FieldKind::kRead},
+      {"stream_options", FieldKind::kRead}, {"n", FieldKind::kRead},
+      {"sampler_order", FieldKind::kRead},  {"dspark", FieldKind::kRead},
+      {"frequency_penalty", FieldKind::kNeutral}, {"presence_penalty", FieldKind::kNeutral},
+      {"logit_bias", FieldKind::kNeutral},  {"logprobs", FieldKind::kNeutral},
+      {"user", FieldKind::kHarmless},       {"metadata", FieldKind::kHarmless},
+      {"store", FieldKind::kHarmless},      {"service_tier", FieldKind::kHarmless},
+  };
+  static const std::vector<std::pair<const char*, FieldKind>> kCompletions = {
+      {"prompt", FieldKind::kRead}, {"best_of", FieldKind::kRead}, {"echo", FieldKind::kNeutral},
+      {"suffix", FieldKind::kNeutral},
+  };
+  static const std::vector<std::pair<const char*, FieldKind>> kChat = {
+      {"messages", FieldKind::kRead},          {"chat_template_kwargs", FieldKind::kRead},
+      {"top_logprobs", FieldKind::kNeutral},   {"tools", FieldKind::kNeutral},
+      {"tool_choice", FieldKind::kNeutral},    {"response_format", FieldKind::kNeutral},
+      {"parallel_tool_calls", FieldKind::kHarmless},
+  };
+  for (const auto& [name, kind] : kCommon)
+    if (key == name) return kind;
+  for (const auto& [name, kind] : endpoint == Endpoint::kChatCompletions ? kChat : kCompletions)
+    if (key == name) return kind;
+  return std::nullopt;
+}
+
+std::optional<ApiError> CheckFields(const ojson& body, Endpoint endpoint) {
+  for (auto kv = body.begin(); kv != body.end(); ++kv) {
+    const std::optional<FieldKind> kind = FieldKindOf(kv.key(), endpoint);
+    if (!kind) return UnknownField(kv.key(), endpoint);
+    if (*kind == FieldKind::kNeutral) {
+      if (auto e = CheckNeutral(kv.key(), kv.value(), endpoint)) return e;
+    } else if (*kind == FieldKind::kHarmless) {
+      if (auto e = CheckHarmless(kv.key(), kv.value())) return e;
+    }
+  }
+  // The objects ParseRequest reads: their unknown keys are errors too.
+  auto check_keys = [&](const char* object, std::initializer_list<const char*> known) -> std::optional<ApiError> {
+    auto it = body.find(object);
+    if (it == body.end() || !it->is_object()) return std::nullopt;  // type errors come from the reader
+    for (auto kv = it->begin(); kv != it->end(); ++kv) {
+      bool ok = false;
+      for (const char* k : known) ok = ok || kv.key() == k;
+      if (!ok) return UnknownField(fmt::format("{}.{}", object, kv.key()), endpoint);
+    }
+    return std::nullopt;
+  };
+  if (auto e = check_keys("dspark", {"speculate", "ignore_eos", "return_tokens"})) return e;
+  if (auto e = check_keys("stream_options", {"include_usage"})) return e;
+  return std::nullopt;
+}
+
+ojson ParseBody(std::string_view body_text, std::optional<ApiError>* error) {
+  ojson body;
+  try {
+    body = ojson::parse(body_text.begin(), body_text.end());
+  } catch (const ojson::exception& e) {
+    *error = BadRequest("", "invalid_json", fmt::format("request body is not valid JSON: {}", e.what()));
+    return body;
+  }
+  if (!body.is_object()) *error = WrongType("body", "a JSON object", body);
+  return body;
 }
 
 }  // namespace
@@ -206,13 +353,10 @@ std::optional<ApiError> ParseRequest(std::string_view body_text, Endpoint endpoi
   *out = ApiRequest{};
   out->endpoint = endpoint;
   out->sampling.temperature = 1.0f;
-  ojson body;
-  try {
-    body = ojson::parse(body_text.begin(), body_text.end());
-  } catch (const ojson::exception& e) {
-    return BadRequest("", "invalid_json", fmt::format("request body is not valid JSON: {}", e.what()));
-  }
-  if (!body.is_object()) return WrongType("body", "a JSON object", body);
+  std::optional<ApiError> error;
+  const ojson body = ParseBody(body_text, &error);
+  if (error) return error;
+  if (auto e = CheckFields(body, endpoint)) return e;
 
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) return WrongType("model", "a string", *it);
@@ -297,6 +441,99 @@ std::optional<ApiError> ParseRequest(std::string_view body_text, Endpoint endpoi
     }
   }
   return std::nullopt;
+}
+
+std::optional<ApiError> ParseTokenizeRequest(std::string_view body_text, TokenizeRequest* out) {
+  *out = TokenizeRequest{};
+  std::optional<ApiError> error;
+  const ojson body = ParseBody(body_text, &error);
+  if (error) return error;
+  for (auto kv = body.begin(); kv != body.end(); ++kv) {
+    const std::string& k = kv.key();
+    if (k != "content" && k != "add_special" && k != "parse_special" && k != "with_pieces" && k != "model")
+      return BadRequest(k, "unknown_parameter",
+                        fmt::format("unrecognised request field '{}' for /tokenize (accepted: content, add_special, "
+                                    "parse_special, with_pieces, model)", k));
+  }
+  auto it = body.find("content");
+  if (it == body.end() || it->is_null()) return BadRequest("content", "missing_field", "'content' is required");
+  if (!it->is_string()) return WrongType("content", "a string", *it);
+  out->content = it->get<std::string>();
+  if (auto m = body.find("model"); m != body.end() && !m->is_null() && !m->is_string())
+    return WrongType("model", "a string", *m);
+  if (auto e = ReadBool(body, "add_special", &out->add_special)) return e;
+  if (auto e = ReadBool(body, "parse_special", &out->parse_special)) return e;
+  if (auto e = ReadBool(body, "with_pieces", &out->with_pieces)) return e;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseDetokenizeRequest(std::string_view body_text, int32_t n_vocab,
+                                               std::vector<int32_t>* out) {
+  out->clear();
+  std::optional<ApiError> error;
+  const ojson body = ParseBody(body_text, &error);
+  if (error) return error;
+  for (auto kv = body.begin(); kv != body.end(); ++kv)
+    if (kv.key() != "tokens" && kv.key() != "model")
+      return BadRequest(kv.key(), "unknown_parameter",
+                        fmt::format("unrecognised request field '{}' for /detokenize (accepted: tokens, model)", kv.key()));
+  if (auto m = body.find("model"); m != body.end() && !m->is_null() && !m->is_string())
+    return WrongType("model", "a string", *m);
+  auto it = body.find("tokens");
+  if (it == body.end() || it->is_null()) return BadRequest("tokens", "missing_field", "'tokens' is required");
+  if (!it->is_array()) return WrongType("tokens", "an array of token ids", *it);
+  for (size_t i = 0; i < it->size(); ++i) {
+    const ojson& v = (*it)[i];
+    const std::string field = fmt::format("tokens[{}]", i);
+    if (!v.is_number_integer() && !v.is_number_unsigned()) return WrongType(field, "a token id (integer)", v);
+    const bool negative = v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0;
+    const uint64_t id = negative ? 0 : v.get<uint64_t>();
+    if (negative || id >= static_cast<uint64_t>(n_vocab))
+      return OutOfRangeError(field, fmt::format("is {}, outside the vocabulary [0, {})", v.dump(), n_vocab));
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;  // overlong, range, surrogate
+    i += len;
+  }
+  return true;
+}
+
+nlohmann::json PieceJson(const std::string& piece) {
+  if (IsValidUtf8(piece)) return piece;
+  nlohmann::json bytes = nlohmann::json::array();
+  for (const char c : piece) bytes.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return bytes;
 }
 
 std::string FinishReason(const std::string& stop_reason) {

@@ -56,8 +56,32 @@ struct ApiRequest {
 
 // Parses and validates a request body. Every failure names the field: malformed JSON, wrong
 // types, temperature < 0, top_p outside (0, 1], min_p outside [0, 1), top_k < 0, n != 1,
-// max_tokens < 1, more than 4 stop strings, unknown roles, empty prompt or messages.
+// max_tokens < 1, more than 16 stop strings, unknown roles, empty prompt or messages.
+// Fields are checked against the endpoint's list first (README.md, "Request fields"): an unknown
+// field is a 400 `unknown_parameter`; a field of an OpenAI feature the server does not implement
+// (logprobs, tools, response_format, non-zero penalties, ...) is a 400 `unsupported` unless it
+// holds its neutral value. Nothing a client sends is silently ignored, except the documented
+// harmless fields (user, metadata, store, service_tier, parallel_tool_calls).
 std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint, ApiRequest* out);
+
+// POST /tokenize (llama.cpp server's shape): {"content": string, "add_special": bool = false,
+// "parse_special": bool = true, "with_pieces": bool = false, "model": string (ignored)}.
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;   // BOS/EOS where the vocabulary asks for them
+  bool parse_special = true;  // "<|im_end|>" written as text is the control token
+  bool with_pieces = false;   // [{"id", "piece"}] instead of [ids]
+};
+std::optional<ApiError> ParseTokenizeRequest(std::string_view body, TokenizeRequest* out);
+
+// POST /detokenize: {"tokens": [ids], "model": string (ignored)}; ids outside [0, n_vocab) are a
+// 400 naming "tokens[i]".
+std::optional<ApiError> ParseDetokenizeRequest(std::string_view body, int32_t n_vocab, std::vector<int32_t>* out);
+
+// A token's piece as llama.cpp's /tokenize reports it: the text when the bytes are valid UTF-8,
+// else the list of byte values.
+nlohmann::json PieceJson(const std::string& piece);
+bool IsValidUtf8(std::string_view s);
 
 // OpenAI's finish_reason for an engine stop reason ("eos"/"stop" -> "stop", "length"/"context"
 // -> "length", others passed through).

@@ -122,6 +122,9 @@ std::unique_ptr<TestServer> StartTestServer(const TestServerConfig& config) {
   so.port = 0;
   so.api_key = config.api_key;
   so.model_name = "tiny";
+  so.spec_type = config.draft == DraftKind::kQ8Copy ? "draft-simple" : config.draft == DraftKind::kSlowEmpty ? "test" : "none";
+  if (config.draft == DraftKind::kQ8Copy) so.draft_model = Tiny().q8;
+  so.n_ctx_train = s->model->config().n_ctx_train;
   so.max_queue = config.max_queue;
   so.max_body_bytes = config.max_body_bytes;
   so.chat_template = config.chat_template;
