@@ -127,11 +127,10 @@ int RunSpecBench(const SpecBenchFlags& f) {
     grid = std::move(next);
   }
 
-  // Per-setting schedule and drafter (a synthetic drafter is made per prompt: it replays plain
-  // decoding's output).
-  std::vector<ScheduleOptions> schedules;
-  std::vector<DrafterConfig> drafter_configs;
-  std::vector<std::unique_ptr<Drafter>> shared(grid.size());
+  // Per-setting speculation: the drafter and the resolved schedule (a synthetic drafter is made
+  // per prompt: it replays plain decoding's output).
+  std::vector<SpeculationOptions> settings;
+  std::vector<Speculation> built(grid.size());
   for (size_t gi = 0; gi < grid.size(); ++gi) {
     ScheduleOptions so = f.schedule;
     for (const auto& [k, v] : grid[gi]) {
@@ -145,20 +144,12 @@ int RunSpecBench(const SpecBenchFlags& f) {
     SpeculationOptions spec_options{f.drafter, so, std::nullopt};
     if (auto it = grid[gi].find("cost"); it != grid[gi].end())
       spec_options.mode = it->second != 0 ? ScheduleMode::kCost : ScheduleMode::kCut;
-    DrafterConfig dc = f.drafter;
-    dc.max_draft = std::max(dc.max_draft, so.n_max);
-    dc.p_min = so.p_min;
-    if (dc.type != "synthetic") {
+    if (f.drafter.type != "synthetic") {
       auto spec = BuildSpeculation(spec_options, model, tok, pool, n_ctx);
       if (!spec.ok()) return Fail(spec.status());
-      shared[gi] = std::move(spec->drafter);
-      so = spec->schedule;
-    } else if (spec_options.mode == ScheduleMode::kCost) {
-      so.mode = ScheduleMode::kCost;
-      so.adaptive = true;
+      built[gi] = std::move(*spec);
     }
-    schedules.push_back(so);
-    drafter_configs.push_back(std::move(dc));
+    settings.push_back(std::move(spec_options));
   }
 
   const int n_prompts = static_cast<int>(prompts->size());
@@ -191,18 +182,19 @@ int RunSpecBench(const SpecBenchFlags& f) {
       results[0][pi].push_back(std::move(*r));
       tick();
       for (size_t gi = 0; gi < grid.size(); ++gi) {
-        std::unique_ptr<Drafter> own;
-        Drafter* drafter = shared[gi].get();
-        if (drafter_configs[gi].type == "synthetic") {
-          DrafterConfig dc = drafter_configs[gi];
-          dc.synthetic_reference = prompt_ids[pi];
-          dc.synthetic_reference.insert(dc.synthetic_reference.end(), plain_ids[pi].begin(), plain_ids[pi].end());
-          auto d = CreateDrafter(dc, model, tok, pool, n_ctx);
-          if (!d.ok()) return Fail(d.status());
-          own = std::move(*d);
-          drafter = own.get();
+        Speculation own;
+        const Speculation* spec = &built[gi];
+        if (f.drafter.type == "synthetic") {
+          SpeculationOptions so = settings[gi];
+          std::vector<int32_t>& reference = so.drafter.synthetic_reference;
+          reference = prompt_ids[pi];
+          reference.insert(reference.end(), plain_ids[pi].begin(), plain_ids[pi].end());
+          auto made = BuildSpeculation(std::move(so), model, tok, pool, n_ctx);
+          if (!made.ok()) return Fail(made.status());
+          own = std::move(*made);
+          spec = &own;
         }
-        SpeculativeEngine engine(model, tok, pool, n_ctx, drafter, schedules[gi], f.cache_type);
+        SpeculativeEngine engine(model, tok, pool, n_ctx, spec->drafter.get(), spec->schedule, f.cache_type);
         auto sr = engine.Generate((*prompts)[pi], opt);
         if (!sr.ok()) return Fail(sr.status());
         results[gi + 1][pi].push_back(std::move(*sr));

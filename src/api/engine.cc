@@ -1,18 +1,17 @@
 // dspark::api::Engine: a SpeculativeEngine (spec/engine.h) with its thread pool and the drafter
 // BuildSpeculation (spec/speculation.h) makes from the options, or the user's drafter.
 #include <algorithm>
-#include <cctype>
 #include <exception>
 #include <mutex>
 #include <optional>
 
 #include "api/drafter_adapter.h"
 #include "api/internal.h"
-#include "gguf/gguf.h"
 #include "model/kv_cache.h"
 #include "spec/drafters/lookup_first.h"
 #include "spec/engine.h"
 #include "spec/speculation.h"
+#include "util/dtype.h"
 #include "util/thread_pool.h"
 
 namespace dspark::api {
@@ -57,21 +56,15 @@ StopReason ToStopReason(const std::string& r) {
 }
 
 DType ParseCacheType(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (lower == "f16") return DType::kF16;
-  if (lower == "f32") return DType::kF32;
-  if (lower == "q8_0") return DType::kQ8_0;
+  const std::optional<DType> t = DTypeFromName(name);
+  if (t == DType::kF16 || t == DType::kF32 || t == DType::kQ8_0) return *t;
   Invalid("EngineOptions::cache_type: unknown KV cache type '" + name + "' (f16, f32 or q8_0)");
 }
 
 // "auto": the drafter a file is (as the Python module decides it).
 std::string DraftTypeOf(const std::string& path) {
   if (path.empty()) Invalid("EngineOptions::drafter: type 'auto' needs drafter.model, the drafter's GGUF");
-  auto file = detail::Unwrap(gguf::File::Open(path));
-  const std::string arch = detail::Unwrap(file->GetStringOr("general.architecture", ""));
-  if (arch != "dflash") return "draft-simple";
-  return file->FindTensor("markov_w1.weight") != nullptr ? "draft-dspark" : "draft-dflash";
+  return detail::Unwrap(DraftTypeOfFile(path));
 }
 
 SpeculationOptions ToSpeculation(const EngineOptions& o) {

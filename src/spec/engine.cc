@@ -10,11 +10,10 @@ BatchEngineOptions SingleSlot(BatchEngineOptions o) {
 BatchEngineOptions SingleSlot(int n_ctx, ScheduleOptions schedule, int prefill_chunk, DType kv_type) {
   BatchEngineOptions o;
   o.kv_type = kv_type;
-  o.n_parallel = 1;
   o.n_ctx = n_ctx;
   o.prefill_chunk = prefill_chunk;
   o.schedule = schedule;
-  return o;
+  return SingleSlot(std::move(o));
 }
 }  // namespace
 

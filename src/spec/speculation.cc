@@ -4,6 +4,13 @@
 
 namespace dspark {
 
+Result<std::string> DraftTypeOfFile(const std::string& path) {
+  DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> file, gguf::File::Open(path));
+  DSPARK_ASSIGN_OR_RETURN(std::string arch, file->GetStringOr("general.architecture", ""));
+  if (arch != "dflash") return std::string("draft-simple");
+  return std::string(file->FindTensor("markov_w1.weight") != nullptr ? "draft-dspark" : "draft-dflash");
+}
+
 Result<Speculation> BuildSpeculation(SpeculationOptions options, const Model& target, const Tokenizer& target_vocab,
                                      ThreadPool& pool, int n_ctx) {
   Speculation s;

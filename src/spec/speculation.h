@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "model/model.h"
 #include "spec/drafter.h"
@@ -26,6 +27,11 @@ struct Speculation {
   std::unique_ptr<Drafter> drafter;  // null for plain decoding
   ScheduleOptions schedule;          // with the mode resolved
 };
+
+// The --spec-type a drafter file asks for: a `dflash` GGUF is a block drafter, DSpark when it has
+// the Markov head (markov_w1.weight, as llama.cpp tells them apart) else DFlash; any other
+// architecture is a draft model ("draft-simple"). For callers that take a drafter by its file.
+Result<std::string> DraftTypeOfFile(const std::string& path);
 
 // Creates the drafter (its largest block at least schedule.n_max; p_min handed to drafters that
 // need a confidence head for it) and resolves the schedule. Cost mode implies adaptive
