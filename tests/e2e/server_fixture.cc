@@ -19,6 +19,8 @@
 
 namespace dspark::serve {
 
+using json = nlohmann::json;
+
 namespace {
 
 struct TinyPaths {
@@ -217,6 +219,59 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+void Server::SetUpTestSuite() {
+  // The main server: API key, a real chat template, a draft-model drafter (a Q8 copy of the
+  // target, so drafts are mostly accepted), 4 slots.
+  TestServerConfig main;
+  main.api_key = kKey;
+  main.chat_template = ReadFile(std::string(DSPARK_SOURCE_DIR) + "/tests/data/templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+  main.draft = DraftKind::kQ8Copy;
+  main.parallel = 4;
+  main.max_queue = 32;
+  main.max_body_bytes = 64 << 10;
+  main_ = StartTestServer(main).release();
+  // A plain server: no key, no chat template, one slot, one queue place, and a drafter that
+  // sleeps 5 ms per step and proposes nothing, so generations are slow enough to observe.
+  TestServerConfig slow;
+  slow.draft = DraftKind::kSlowEmpty;
+  slow.parallel = 1;
+  slow.max_queue = 1;
+  slow_ = StartTestServer(slow).release();
+  // A server without a drafter: plain decoding, whose seeded samples the library reproduces.
+  TestServerConfig plain;
+  plain.draft = DraftKind::kNone;
+  plain.parallel = 2;
+  plain_ = StartTestServer(plain).release();
+  // The reference: the same model file loaded once more, decoded outside every engine.
+  auto m = Model::FromFile(main_->file);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ref_model_ = std::move(*m).release();
+  ref_pool_ = new ThreadPool(1);
+}
+
+void Server::TearDownTestSuite() {
+  delete main_;
+  delete slow_;
+  delete plain_;
+  delete ref_model_;
+  delete ref_pool_;
+}
+
+TestServer* Server::main_ = nullptr;
+TestServer* Server::slow_ = nullptr;
+TestServer* Server::plain_ = nullptr;
+Model* Server::ref_model_ = nullptr;
+ThreadPool* Server::ref_pool_ = nullptr;
+
+json Completion(const std::string& prompt, int max_tokens, bool stream) {
+  return {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+          {"stream", stream}, {"dspark", {{"ignore_eos", true}}}};
+}
+
+std::string AsJsonText(const std::string& raw) {
+  return json::parse(json(raw).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
 }
 
 }  // namespace dspark::serve

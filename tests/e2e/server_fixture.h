@@ -1,11 +1,15 @@
 // Helpers for the server end-to-end tests: a server over a tiny random-weight model on a free
-// loopback port, SSE parsing, raw-socket streams (to disconnect mid-stream) and metric lookup.
+// loopback port, SSE parsing, raw-socket streams (to disconnect mid-stream), metric lookup, and
+// the `Server` suite fixture with the request helpers the server test files share.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <nlohmann/json.hpp>
 
@@ -78,5 +82,44 @@ bool WaitFor(const std::function<bool()>& cond);
 double MetricValue(const std::string& metrics, const std::string& series);
 
 std::string ReadFile(const std::string& path);
+
+// The suite fixture of the server tests (server_test.cc, server_reference_test.cc,
+// server_fields_test.cc), started once per test binary. main_: an API key, a real chat template, a
+// draft-model drafter (a Q8 copy of the target), 4 slots. slow_: no key, no chat template, one
+// slot, one queue place, a drafter that sleeps 5 ms per step. plain_: no drafter. ref_model_: the
+// same model file loaded once more, decoded outside every engine.
+class Server : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite();
+  static void TearDownTestSuite();
+
+  static constexpr const char* kKey = "sk-test-123";
+  static TestServer* main_;
+  static TestServer* slow_;
+  static TestServer* plain_;
+  static Model* ref_model_;
+  static ThreadPool* ref_pool_;
+
+  static httplib::Headers Auth() { return {{"Authorization", std::string("Bearer ") + kKey}}; }
+
+  static httplib::Result Post(TestServer* s, const std::string& path, const std::string& body,
+                              const httplib::Headers& headers = Auth()) {
+    httplib::Client c("127.0.0.1", s->port);
+    c.set_read_timeout(60, 0);
+    return c.Post(path.c_str(), headers, body, "application/json");
+  }
+  static httplib::Result Get(TestServer* s, const std::string& path, const httplib::Headers& headers = Auth()) {
+    httplib::Client c("127.0.0.1", s->port);
+    c.set_read_timeout(60, 0);
+    return c.Get(path.c_str(), headers);
+  }
+};
+
+// A greedy /v1/completions body that ignores end-of-generation (so it runs to max_tokens).
+nlohmann::json Completion(const std::string& prompt, int max_tokens, bool stream = false);
+
+// What a JSON string makes of raw text: the server writes JSON with invalid UTF-8 (single bytes
+// of the toy byte-level vocabulary) replaced by U+FFFD.
+std::string AsJsonText(const std::string& raw);
 
 }  // namespace dspark::serve

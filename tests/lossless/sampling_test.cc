@@ -1,0 +1,195 @@
+// Speculative sampling is lossless in distribution: for every drafter, with and without the
+// sampling filters, the joint distribution of sampled tokens equals plain sampling's exactly (χ²,
+// spec/testing/sampling_check.h), and every deliberately broken verifier fails the same check.
+// Runs on tiny random-weight models.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+#include "model/testing/tiny_models.h"
+#include "sampling/sampling.h"
+#include "spec/batch_engine.h"
+#include "spec/drafters/draft_model.h"
+#include "spec/drafters/lookup_first.h"
+#include "spec/drafters/ngram.h"
+#include "spec/drafters/synthetic.h"
+#include "spec/engine.h"
+#include "spec/testing/broken_verifiers.h"
+#include "spec/testing/sampling_check.h"
+#include "spec/verifier.h"
+
+namespace dspark {
+namespace {
+
+using Loaded = testing::LoadedModel;
+Loaded Load(const std::string& path) { return testing::LoadModelForTest(path); }
+
+using testing::ReferenceGreedy;
+
+// Speculative sampling against the exact distribution of plain sampling
+// (spec/testing/sampling_check.h), for every drafter with and without the sampling filters, and
+// the negative controls: every deliberately broken verifier must fail the same check.
+struct SamplingCase {
+  std::string drafter;  // draft-model, ngram, ngram+draft-model, synthetic, unfiltered-q
+  SamplingParams params;
+  std::string label;
+};
+void PrintTo(const SamplingCase& c, std::ostream* os) { *os << c.drafter << "/" << c.label; }
+
+const SamplingParams kUnfiltered{1.0f, 0, 1.0f, 0.0f, 0};
+const SamplingParams kFiltered{0.8f, 6, 0.9f, 0.02f, 0};
+
+// A draft-model drafter with a bug where its draft meets the verifier: it samples its tokens from
+// its distribution before top-k / top-p / min-p, but reports the filtered distribution as q.
+class UnfilteredQDrafter final : public Drafter {
+ public:
+  explicit UnfilteredQDrafter(std::unique_ptr<Drafter> inner) : inner_(std::move(inner)) {}
+  std::string_view Name() const override { return "unfiltered-q"; }
+  DrafterNeeds Needs() const override { return inner_->Needs(); }
+  Status Begin(int seq) override { return inner_->Begin(seq); }
+  Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override {
+    DraftParams unfiltered = params;
+    unfiltered.sampling = {params.sampling.temperature, 0, 1.0f, 0.0f, params.sampling.seed};
+    DSPARK_ASSIGN_OR_RETURN(Draft d, inner_->Propose(seq, context, unfiltered, rng));
+    // ComputeProbs over log q at temperature 1 applies the filters to the distribution itself.
+    SamplingParams filters = params.sampling;
+    filters.temperature = 1.0f;
+    for (std::vector<float>& q : d.q) {
+      std::vector<float> logq(q.size());
+      for (size_t i = 0; i < q.size(); ++i) logq[i] = q[i] > 0 ? std::log(q[i]) : -1e30f;
+      ComputeProbs(logq.data(), static_cast<int>(logq.size()), filters, &q);
+    }
+    return d;
+  }
+
+ private:
+  std::unique_ptr<Drafter> inner_;
+};
+
+class SamplingFixture : public ::testing::Test {
+ protected:
+  static constexpr int kNMax = 2;  // positions 1-3: two draft tokens and the bonus token
+  static void SetUpTestSuite() {
+    // A 16-token vocabulary keeps the joint outcomes of three tokens few enough to test exactly.
+    SynthSpec spec = testing::TinySpec("qwen3", DType::kF32, 16);
+    spec.embedding_gain = 1.0f;  // flat output distributions: many outcomes, many rejections
+    spec.seed = 21;
+    target_path_ = testing::WriteTiny(spec, "chi_target");
+    spec.seed = 22;
+    draft_path_ = testing::WriteTiny(spec, "chi_draft");
+  }
+  void SetUp() override { target_ = Load(target_path_); }
+
+  std::unique_ptr<Drafter> MakeDrafter(const std::string& name) {
+    auto model = [&] {
+      Loaded d = Load(draft_path_);
+      auto dr = DraftModelDrafter::Create(std::move(d.model), *d.tok, *target_.tok, pool_, 64, 8);
+      EXPECT_TRUE(dr.ok()) << dr.status().message();
+      return std::unique_ptr<Drafter>(std::move(*dr));
+    };
+    if (name == "draft-model") return model();
+    if (name == "unfiltered-q") return std::make_unique<UnfilteredQDrafter>(model());
+    if (name == "ngram") return std::make_unique<NgramDrafter>(NgramOptions{1, 2});
+    if (name == "ngram+draft-model") return std::make_unique<LookupFirstDrafter>(NgramOptions{1, 2}, model());
+    if (name == "synthetic") {
+      std::vector<int32_t> reference = kPrompt;
+      const auto greedy = ReferenceGreedy(*target_.model, pool_, kPrompt, 8, 64);
+      reference.insert(reference.end(), greedy.begin(), greedy.end());
+      return std::make_unique<SyntheticDrafter>(reference, target_.model->config().n_vocab, 0.7);
+    }
+    ADD_FAILURE() << "unknown drafter " << name;
+    return nullptr;
+  }
+
+  // The check on positions 1-3 of 5-token generations, with `verify` as the verification rule.
+  testing::SamplingCheck Check(Drafter* drafter, const SamplingParams& params, VerifyFn verify = &Verify) {
+    BatchEngineOptions o;
+    o.n_ctx = 64;
+    o.schedule.n_max = kNMax;
+    o.verify = verify;
+    SpeculativeEngine engine(*target_.model, *target_.tok, pool_, o, drafter);
+    const auto exact = testing::ExactJointDistribution(*target_.model, pool_, kPrompt, params, 1, 3);
+    GenerateOptions go;
+    go.max_new_tokens = kNMax + 3;
+    go.sampling = params;
+    return testing::CheckSampling(engine, kPrompt, go, exact, 1, 3, kTrials);
+  }
+
+  static constexpr int kTrials = 30000;
+  // Repeats, so that prompt lookup finds continuations.
+  static inline const std::vector<int32_t> kPrompt = {1, 5, 9, 5, 9, 7};
+  static inline std::string target_path_, draft_path_;
+  Loaded target_;
+  ThreadPool pool_{1};
+};
+
+class LosslessSampling : public SamplingFixture, public ::testing::WithParamInterface<SamplingCase> {};
+using LosslessSamplingControls = SamplingFixture;
+class LosslessSamplingNegativeControls : public SamplingFixture, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(LosslessSampling, SpeculativeSamplingMatchesTheExactPlainDistribution) {
+  const SamplingCase& c = GetParam();
+  auto drafter = MakeDrafter(c.drafter);
+  ASSERT_NE(drafter, nullptr);
+  BatchEngineOptions o;
+  o.n_ctx = 64;
+  o.schedule.n_max = kNMax;
+  SpeculativeEngine engine(*target_.model, *target_.tok, pool_, o, drafter.get());
+  testing::ExpectSpeculativeSamplingMatchesTarget(*target_.model, pool_, engine, kPrompt, c.params, kNMax + 3, kTrials);
+}
+
+std::vector<SamplingCase> EveryDrafter() {
+  std::vector<SamplingCase> out;
+  for (const char* d : {"draft-model", "ngram", "ngram+draft-model", "synthetic"}) {
+    out.push_back({d, kUnfiltered, "T1"});
+    out.push_back({d, kFiltered, "T0.8_topk6_topp0.9_minp0.02"});
+  }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(EveryDrafter, LosslessSampling, ::testing::ValuesIn(EveryDrafter()),
+                         [](const auto& info) {
+                           std::string n = info.param.drafter + "_" + info.param.label;
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// The check itself passes plain sampling (no drafter), so its failures below are the bugs'.
+TEST_F(LosslessSamplingControls, PlainSamplingPassesTheCheck) {
+  for (const SamplingParams& params : {kUnfiltered, kFiltered}) {
+    const testing::SamplingCheck c = Check(nullptr, params);
+    EXPECT_TRUE(c.passed()) << c.Describe();
+  }
+}
+
+// Negative controls: each broken verification rule, and a drafter whose q is not the distribution
+// it sampled from, must fail the check that the correct rule passes.
+TEST_P(LosslessSamplingNegativeControls, BrokenSpeculativeSamplingFailsTheCheck) {
+  const std::string& bug = GetParam();
+  const auto broken = testing::ParseVerifierBug(bug);
+  auto drafter = MakeDrafter(broken ? "draft-model" : bug);
+  ASSERT_NE(drafter, nullptr);
+  const testing::SamplingCheck c = Check(drafter.get(), kFiltered, broken ? testing::BrokenVerifier(*broken) : &Verify);
+  EXPECT_FALSE(c.passed()) << bug << " passed: " << c.Describe();
+  EXPECT_GT(c.stats.num_draft_tokens, 0) << bug;
+  std::printf("%s: %s\n", bug.c_str(), c.Describe().c_str());  // how clearly it fails
+}
+
+std::vector<std::string> EveryBug() {
+  std::vector<std::string> out;
+  for (testing::VerifierBug bug : testing::AllVerifierBugs()) out.emplace_back(testing::VerifierBugName(bug));
+  out.push_back("unfiltered-q");
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(EveryBug, LosslessSamplingNegativeControls, ::testing::ValuesIn(EveryBug()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace dspark
