@@ -64,11 +64,12 @@ struct Draft {
   // verification (a trained confidence head). Empty if the drafter has none; schedulers then
   // use the acceptance measured so far.
   std::vector<float> survival;
+  // True when `survival` is not a prediction but the drafter's own record of how drafts like this
+  // one fared, which it keeps up to date from the contexts it is given (LookupFirstDrafter's free
+  // prompt lookups). The planner takes it as it is and learns nothing from the draft: the drafter
+  // counts the outcome, and a free proposal says nothing of the cost or acceptance of its model.
+  bool survival_measured = false;
   int forward_passes = 0;  // drafter model passes spent on this draft (statistics)
-  // Which proposer of a composite drafter made the draft: 0, the drafter's own model; 1, a second
-  // proposer that costs no drafting passes (LookupFirstDrafter's prompt lookup). The planner
-  // measures acceptance per source and learns drafting cost from source 0 alone.
-  int source = 0;
 };
 
 // A view of target hidden states for rows the target just committed: taps[t] points at

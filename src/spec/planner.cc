@@ -127,7 +127,7 @@ void DraftPlanner::Observe(int slot, const Draft& draft, int verified, int accep
 
 std::vector<float> DraftPlanner::PredictedSurvival(int slot, const Draft& draft, int k) const {
   std::vector<float> predicted = draft.survival;
-  if (predicted.empty() && !draft.probs.empty() && draft.source == 0)
+  if (predicted.empty() && !draft.probs.empty())
     for (double v : sequences_[slot]->SurvivalOf(draft, k)) predicted.push_back(static_cast<float>(v));
   return predicted;
 }

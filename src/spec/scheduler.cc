@@ -5,15 +5,8 @@
 namespace dspark {
 
 namespace {
-// Optimistic prior so a new drafter gets to show what it can do.
-constexpr double kPriorAcceptance = 0.7;
-// Weight of a new observation in the per-position acceptance averages.
-constexpr double kEma = 0.1;
 // Decay of the calibration sums per observation (a memory of ~50 drafts).
 constexpr double kCalibrationDecay = 0.02;
-// The prior counts as this many observations: a drafter that misses from the start is dropped
-// after a few steps (a short request cannot afford ten), one that hits keeps its long drafts.
-constexpr double kPriorWeight = 2.0;
 // Expected rate with drafting over the plain rate below which the scheduler does not draft.
 constexpr double kDraftMargin = 1.03;
 // Probes back off (DraftScheduler::kFirstProbeRatio) up to this ratio of plain time to probe cost:
@@ -23,25 +16,8 @@ constexpr double kMaxProbeRatio = 256.0;
 }  // namespace
 
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, CostModel cost)
-    : options_(options), own_cost_(std::move(cost)), accept_(std::max(options.n_max, 1), kPriorAcceptance),
-      second_accept_(std::max(options.n_max, 1), kPriorAcceptance), predicted_sum_(accept_.accept.size(), 0.0),
-      realised_sum_(accept_.accept.size(), 0.0) {}
-
-void DraftScheduler::PositionAcceptance::Observe(int verified, int accepted) {
-  // Position i was tried iff positions < i were accepted; it succeeded iff i < accepted.
-  for (int i = 0; i < verified && i <= accepted && i < static_cast<int>(accept.size()); ++i) {
-    const double hit = i < accepted ? 1.0 : 0.0;
-    const double weight = std::max(kEma, 1.0 / (++observed[i] + kPriorWeight));
-    accept[i] = (1 - weight) * accept[i] + weight * hit;
-  }
-}
-
-std::vector<double> DraftScheduler::PositionAcceptance::Survival(int k) const {
-  std::vector<double> surv(std::max(k, 0), 0.0);
-  double s = 1.0;
-  for (int i = 0; i < k && i < static_cast<int>(accept.size()); ++i) surv[i] = (s *= accept[i]);
-  return surv;
-}
+    : options_(options), own_cost_(std::move(cost)), accept_(std::max(options.n_max, 1)),
+      predicted_sum_(accept_.positions(), 0.0), realised_sum_(accept_.positions(), 0.0) {}
 
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, const CostModel* cost)
     : DraftScheduler(options, CostModel()) {
@@ -177,8 +153,7 @@ int DraftScheduler::Cut(const Draft& draft) const {
 
 DraftScheduler DraftScheduler::Seed() const {
   DraftScheduler s = *this;
-  for (PositionAcceptance* a : {&s.accept_, &s.second_accept_})
-    for (int& n : a->observed) n = std::min(n, static_cast<int>(kPriorWeight));
+  s.accept_ = accept_.Seed();
   s.probe_credit_ = 0;
   s.probe_ratio_ = kFirstProbeRatio;
   s.probing_ = false;
@@ -188,14 +163,19 @@ DraftScheduler DraftScheduler::Seed() const {
 std::vector<double> DraftScheduler::MeasuredSurvival(int k) const { return accept_.Survival(k); }
 
 std::vector<double> DraftScheduler::SurvivalOf(const Draft& draft, int k) const {
-  if (draft.source != 0) return second_accept_.Survival(k);
+  if (draft.survival_measured) {
+    // The drafter's own record of how such drafts fared: taken as it is.
+    std::vector<double> surv(std::max(k, 0), 0.0);
+    for (int j = 0; j < k && j < static_cast<int>(draft.survival.size()); ++j) surv[j] = draft.survival[j];
+    return surv;
+  }
   std::vector<double> surv = MeasuredSurvival(k);
   if (draft.survival.empty() && !draft.probs.empty()) {
     // Past the tokens with probabilities (none in practice), the measured conditional acceptance.
     double s = 1.0;
     for (int j = 0; j < k; ++j) {
       s *= j < static_cast<int>(draft.probs.size()) ? prob_cal_.Acceptance(draft.probs[j])
-           : j < static_cast<int>(accept_.accept.size()) ? accept_.accept[j] : 0.0;
+                                                      : accept_.Acceptance(j);
       surv[j] = s;
     }
     return surv;
@@ -215,11 +195,9 @@ std::vector<double> DraftScheduler::SurvivalOf(const Draft& draft, int k) const 
 }
 
 void DraftScheduler::Observe(const Draft& draft, int verified, int accepted, double draft_ms, int behind_rows) {
-  if (draft.source != 0) {
-    // Drafts from the free second source teach nothing about the model's cost or acceptance.
-    second_accept_.Observe(verified, accepted);
-    return;
-  }
+  // The drafter counts the outcome itself; its free proposals say nothing of the cost or the
+  // acceptance of what it drafts otherwise.
+  if (draft.survival_measured) return;
   // Token i was reached iff the tokens before it were accepted; it survived iff i < accepted.
   for (int i = 0; i < verified && i <= accepted && i < static_cast<int>(draft.probs.size()); ++i)
     prob_cal_.Observe(draft.probs[i], i < accepted);

@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "spec/acceptance.h"
 #include "spec/cost_model.h"
 #include "spec/drafter.h"
 #include "spec/prob_calibration.h"
@@ -116,19 +117,7 @@ class DraftScheduler {
   ScheduleOptions options_;
   CostModel own_cost_;
   const CostModel* shared_cost_ = nullptr;
-  // Conditional acceptance of draft position i given that positions < i were accepted: an EMA
-  // that starts at an optimistic prior and weighs the first observations more.
-  struct PositionAcceptance {
-    PositionAcceptance(int n, double prior) : accept(n, prior), observed(n, 0) {}
-    // A verified draft of `verified` tokens of which the first `accepted` survived.
-    void Observe(int verified, int accepted);
-    // P(first i+1 tokens accepted), i < k (0 past the tracked positions).
-    std::vector<double> Survival(int k) const;
-    std::vector<double> accept;
-    std::vector<int> observed;
-  };
-  PositionAcceptance accept_;         // the drafter's own drafts
-  PositionAcceptance second_accept_;  // drafts of the second source (Draft::source), measured apart
+  PositionAcceptance accept_;  // measured acceptance of the drafter's drafts
   // Decayed sums over verified slots of predicted survival and realised survival (0/1).
   std::vector<double> predicted_sum_, realised_sum_;
   ProbCalibration prob_cal_;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "spec/drafters/lookup_first.h"
 #include "spec/drafters/ngram.h"
 #include "spec/planner.h"
 #include "spec/prob_calibration.h"
@@ -382,25 +383,89 @@ TEST(Scheduler, DraftProbabilitiesGiveEachDraftItsOwnSurvivalAndLengthWhenTheDra
   EXPECT_DOUBLE_EQ(plain_budget.MinSurvival(), 0.0);
 }
 
-TEST(Scheduler, PromptLookupDraftsAreMeasuredApartFromTheModelsDrafts) {
+TEST(Scheduler, ADraftWithMeasuredSurvivalIsVerifiedByItAndTeachesNothing) {
   ScheduleOptions o;
   o.n_max = 4;
   o.adaptive = true;
   DraftScheduler s(o, CostModel({1.0, 1.1, 1.2, 1.3, 1.4}));
   Draft lookup, model;
   lookup.tokens = model.tokens = {1, 2, 3, 4};
-  lookup.source = 1;
+  lookup.survival = {0.05f, 0.02f, 0.01f, 0.0f};  // the drafter's record: such lookups usually fail
+  lookup.survival_measured = true;
   for (int i = 0; i < 40; ++i) {
-    s.Observe(lookup, 4, 0, 0.0);  // the lookup's guesses always fail
+    s.Observe(lookup, 4, 0, 0.0);  // nothing learnt: the drafter counts its own outcomes
     s.Observe(model, 4, 4, 0.4);   // the model's drafts always survive
   }
-  EXPECT_LT(s.SurvivalOf(lookup, 4)[0], 0.2);
-  EXPECT_EQ(s.Cut(lookup), 0);      // not worth a verification row
-  EXPECT_GT(s.SurvivalOf(model, 4)[3], 0.8);
+  EXPECT_NEAR(s.SurvivalOf(lookup, 4)[0], 0.05, 1e-6);
+  EXPECT_EQ(s.Cut(lookup), 0);  // not worth a verification row
+  lookup.survival = {0.95f, 0.9f, 0.85f, 0.8f};
+  EXPECT_EQ(s.Cut(lookup), 4);
   EXPECT_GT(s.ExpectedSurvival(3), 0.8);
   EXPECT_EQ(s.Cut(model), 4);
   // Free lookups do not make the model's drafting look cheaper: its cost stays its own.
   EXPECT_NEAR(s.draft_cost().Ms(4), 0.4, 1e-6);
+}
+
+// A model drafter that always proposes the same tokens (LookupFirstDrafter's fallback).
+class FixedDrafter final : public Drafter {
+ public:
+  std::string_view Name() const override { return "fixed"; }
+  DrafterNeeds Needs() const override { return {.max_draft = 4}; }
+  Status Begin(int) override { return Status::Ok(); }
+  Result<Draft> Propose(int, std::span<const int32_t>, const DraftParams&, Rng&) override {
+    ++proposals;
+    Draft d;
+    d.tokens = {7, 7};
+    d.forward_passes = 2;
+    return d;
+  }
+  int proposals = 0;
+};
+
+TEST(LookupFirst, JudgesEachLookupByWhatTheTargetCommittedAfterIt) {
+  auto owned = std::make_unique<FixedDrafter>();
+  FixedDrafter* model = owned.get();
+  LookupFirstDrafter drafter(NgramOptions{2, 2}, std::move(owned));
+  ASSERT_TRUE(drafter.Begin(0).ok());
+  Rng rng(1);
+  DraftParams params;
+  params.budget = 4;
+  // "1 2 3 4 5 ... 1 2" repeats: the lookup proposes 3 4 5 6, with the prior as its survival.
+  std::vector<int32_t> context = {1, 2, 3, 4, 5, 6, 9, 1, 2};
+  Result<Draft> d = drafter.Propose(0, context, params, rng);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->tokens, (std::vector<int32_t>{3, 4, 5, 6}));
+  EXPECT_TRUE(d->survival_measured);
+  ASSERT_EQ(d->survival.size(), 4u);
+  EXPECT_NEAR(d->survival[0], PositionAcceptance::kPrior, 1e-6);
+  EXPECT_EQ(model->proposals, 0);
+  // The target committed 3 then 8: position 0 survived, position 1 failed, 2-3 were never tried.
+  context.insert(context.end(), {3, 8});
+  const double prior = PositionAcceptance::kPrior;
+  d = drafter.Propose(0, context, params, rng);  // "3 8" never occurred: the model drafts
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->tokens, (std::vector<int32_t>{7, 7}));
+  EXPECT_FALSE(d->survival_measured);
+  EXPECT_EQ(model->proposals, 1);
+  EXPECT_GT(drafter.LookupAcceptance(0, 0), prior);
+  EXPECT_LT(drafter.LookupAcceptance(0, 1), prior);
+  EXPECT_DOUBLE_EQ(drafter.LookupAcceptance(0, 2), prior);
+  // Agreement up to the last committed token says nothing past it.
+  context.insert(context.end(), {7, 1, 2});
+  d = drafter.Propose(0, context, params, rng);  // proposes 3 8 7 1 (the latest match)
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->tokens, (std::vector<int32_t>{3, 8, 7, 1}));
+  const double a0 = drafter.LookupAcceptance(0, 0), a1 = drafter.LookupAcceptance(0, 1);
+  EXPECT_NEAR(d->survival[1], a0 * a1, 1e-6);
+  context.push_back(3);
+  d = drafter.Propose(0, context, params, rng);
+  ASSERT_TRUE(d.ok());
+  EXPECT_GT(drafter.LookupAcceptance(0, 0), a0);
+  EXPECT_DOUBLE_EQ(drafter.LookupAcceptance(0, 1), a1);
+  // A new request starts from what the earlier ones measured, weighed as the prior.
+  ASSERT_TRUE(drafter.Begin(1).ok());
+  EXPECT_GT(drafter.LookupAcceptance(1, 0), prior);
+  EXPECT_LT(drafter.LookupAcceptance(1, 1), prior);
 }
 
 TEST(Scheduler, NewRequestsStartFromWhatEarlierRequestsLearnt) {

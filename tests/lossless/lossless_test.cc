@@ -204,12 +204,13 @@ TEST_F(Lossless, LookupFirstProposesRepeatsForFreeAndBatchesTheRestThroughTheMod
   dp.budget = 3;
   auto hit = d.Propose(0, repeats, dp, rng);
   ASSERT_TRUE(hit.ok());
-  EXPECT_EQ(hit->source, 1);
+  EXPECT_TRUE(hit->survival_measured);  // judged by the composition itself
+  EXPECT_EQ(hit->survival.size(), 3u);
   EXPECT_EQ(hit->tokens, (std::vector<int32_t>{7, 8, 9}));
   EXPECT_EQ(hit->forward_passes, 0);
   auto miss = d.Propose(0, fresh, dp, rng);
   ASSERT_TRUE(miss.ok());
-  EXPECT_EQ(miss->source, 0);
+  EXPECT_FALSE(miss->survival_measured);
   EXPECT_EQ(miss->tokens.size(), 3u);
   EXPECT_GT(miss->forward_passes, 0);
   EXPECT_EQ(miss->probs.size(), 3u);  // the model's draft, with its probabilities
