@@ -12,6 +12,7 @@ namespace {
 struct SynthFlags {
   std::string shape, out, vocab, type = "Q8_0";
   uint64_t seed = 1;
+  int layers = 0;
 };
 
 int RunSynth(const SynthFlags& f) {
@@ -25,6 +26,8 @@ int RunSynth(const SynthFlags& f) {
   if (!type) return Fail(InvalidArgument("synth: unknown weight type '{}'", f.type));
   spec->matrix_type = *type;
   spec->seed = f.seed;
+  if (f.layers < 0) return Fail(InvalidArgument("synth: --layers {} must be positive", f.layers));
+  if (f.layers > 0) spec->n_layer = f.layers;
   std::unique_ptr<gguf::File> vocab;
   if (!f.vocab.empty()) {
     auto v = gguf::File::Open(f.vocab);
@@ -43,11 +46,12 @@ int RunSynth(const SynthFlags& f) {
 Runner RegisterSynth(CLI::App& app) {
   auto f = std::make_shared<SynthFlags>();
   CLI::App* sub = app.add_subcommand("synth", "Write a random-weight model of a real shape");
-  sub->add_option("shape", f->shape, "qwen3-0.6b, qwen3-1.7b or llama-3.2-1b")->required();
+  sub->add_option("shape", f->shape, "qwen3-0.6b, qwen3-1.7b, llama-3.2-1b or qwen3-30b-a3b")->required();
   sub->add_option("output", f->out, "Output GGUF")->required();
   sub->add_option("--vocab", f->vocab, "GGUF whose tokenizer to copy (else a toy vocabulary)");
   sub->add_option("--type", f->type, "Weight type: Q8_0, Q4_K, Q4_0, Q6_K, F16, ...")->capture_default_str();
   sub->add_option("--seed", f->seed, "Weight seed")->capture_default_str();
+  sub->add_option("--layers", f->layers, "Blocks (default: the shape's own; fewer for small test models)");
   return [f] { return RunSynth(*f); };
 }
 

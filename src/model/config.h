@@ -32,11 +32,29 @@ struct RopeConfig {
   std::vector<float> freq_factors;  // rope_freqs.weight (llama 3.x): theta_i /= freq_factors[i]
 };
 
-// What the shared dense forward pass needs to know about an architecture.
+// What the shared forward pass needs to know about an architecture.
 struct ArchTraits {
   bool qkv_bias = false;       // qwen2: biases on Q, K, V projections
   bool qk_norm = false;        // qwen3: per-head RMSNorm of Q and K before RoPE
   RopeStyle rope_style = RopeStyle::kNormal;
+  bool experts = false;        // qwen3moe: every FFN block is a mixture of experts
+};
+
+enum class ExpertGating { kSoftmax, kSigmoid };
+
+// Mixture-of-experts feed-forward blocks (`<arch>.expert_*` keys); n_expert == 0: every block is a
+// dense SwiGLU FFN. As llama.cpp's build_moe_ffn: router logits -> gating probabilities -> the
+// n_expert_used best -> their probabilities as weights, normalised to sum 1 if norm_weights, times
+// weights_scale if it is not 0 -> the weighted sum of the chosen experts' SwiGLU outputs.
+struct MoeConfig {
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_exp = 0;  // expert_feed_forward_length: each expert's hidden width
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool norm_weights = true;
+  float weights_scale = 0.0f;  // 0: no scaling
+
+  bool enabled() const { return n_expert > 0; }
 };
 
 struct ModelConfig {
@@ -55,6 +73,7 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;  // no output.weight: the LM head reuses token_embd
   RopeConfig rope;
+  MoeConfig moe;
 
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }

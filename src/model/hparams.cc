@@ -97,4 +97,42 @@ Result<ModelConfig> ReadDenseHparams(const gguf::File& f, std::string_view arch_
   return c;
 }
 
+Status ReadMoeHparams(const gguf::File& f, std::string_view arch_view, bool required, ModelConfig& c) {
+  const std::string arch(arch_view);
+  auto key = [&](const char* k) { return arch + "." + k; };
+  MoeConfig& m = c.moe;
+  DSPARK_ASSIGN_OR_RETURN(int64_t n_expert, f.GetIntOr(key("expert_count"), 0));
+  if (n_expert == 0) {
+    if (required) return NotFound("model: {}: '{}' is missing or 0: {} is a mixture-of-experts architecture",
+                                  f.path(), key("expert_count"), arch);
+    return Status::Ok();
+  }
+  if (n_expert < 0 || n_expert > 4096)
+    return InvalidArgument("model: {}: '{}' = {} is out of range (1..4096)", f.path(), key("expert_count"), n_expert);
+  m.n_expert = static_cast<int>(n_expert);
+  DSPARK_ASSIGN_OR_RETURN(m.n_expert_used, PositiveInt(f, key("expert_used_count")));
+  if (m.n_expert_used > m.n_expert)
+    return InvalidArgument("model: {}: '{}' = {} exceeds '{}' = {}", f.path(), key("expert_used_count"),
+                           m.n_expert_used, key("expert_count"), m.n_expert);
+  // As llama.cpp: without the key, an expert is as wide as the dense FFN split over the used experts.
+  DSPARK_ASSIGN_OR_RETURN(m.n_ff_exp, PositiveInt(f, key("expert_feed_forward_length"), c.n_ff / m.n_expert_used));
+  DSPARK_ASSIGN_OR_RETURN(bool norm, f.GetBoolOr(key("expert_weights_norm"), true));
+  m.norm_weights = norm;
+  DSPARK_ASSIGN_OR_RETURN(double scale, f.GetFloatOr(key("expert_weights_scale"), 0.0));
+  if (!(scale >= 0 && scale < 1e6))
+    return InvalidArgument("model: {}: '{}' = {} is out of range", f.path(), key("expert_weights_scale"), scale);
+  m.weights_scale = static_cast<float>(scale);
+  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid (0: the architecture's default).
+  DSPARK_ASSIGN_OR_RETURN(int64_t gating, f.GetIntOr(key("expert_gating_func"), 1));
+  if (gating == 0 || gating == 1) {
+    m.gating = ExpertGating::kSoftmax;
+  } else if (gating == 2) {
+    m.gating = ExpertGating::kSigmoid;
+  } else {
+    return Unimplemented("model: {}: '{}' = {} is not a gating function dspark knows (1 softmax, 2 sigmoid)",
+                         f.path(), key("expert_gating_func"), gating);
+  }
+  return Status::Ok();
+}
+
 }  // namespace dspark

@@ -1,4 +1,4 @@
-// Loading a dense model and its batched forward pass (the layer loop of llama / qwen2 / qwen3).
+// Loading a model and its batched forward pass (the layer loop of llama / qwen2 / qwen3 / qwen3moe).
 #include "model/model.h"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include "kernels/ops.h"
 #include "model/arch/arch.h"
+#include "model/moe.h"
 #include "util/log.h"
 
 namespace dspark {
@@ -46,11 +47,24 @@ Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File>
         from_file.insert(from_file.end(), {l.wq, l.wk, l.wv});
       else
         for (ops::WeightView* v : {&l.wq, &l.wk, &l.wv}) views.push_back(v);
+      views.push_back(&l.wo);
+      if (!l.gate_exps.empty()) {
+        views.push_back(&l.router);
+        l.gate_up_exps.resize(l.gate_exps.size());
+        for (size_t e = 0; e < l.gate_exps.size(); ++e) {
+          if (m->packed_.PackFused({&l.gate_exps[e], &l.up_exps[e]}, &l.gate_up_exps[e]))
+            from_file.insert(from_file.end(), {l.gate_exps[e], l.up_exps[e]});
+          else
+            views.insert(views.end(), {&l.gate_exps[e], &l.up_exps[e]});
+          views.push_back(&l.down_exps[e]);
+        }
+        continue;
+      }
       if (m->packed_.PackFused({&l.w_gate, &l.w_up}, &l.w_gate_up))
         from_file.insert(from_file.end(), {l.w_gate, l.w_up});
       else
         for (ops::WeightView* v : {&l.w_gate, &l.w_up}) views.push_back(v);
-      for (ops::WeightView* v : {&l.wo, &l.w_down}) views.push_back(v);
+      views.push_back(&l.w_down);
     }
     for (const ops::WeightView* v : views) from_file.push_back(*v);
     const void* output_rows = w.output.data;
@@ -75,8 +89,13 @@ Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File>
 uint64_t Model::WeightBytesPerToken() const {
   auto bytes = [](const ops::WeightView& w) { return static_cast<uint64_t>(RowBytes(w.type, w.cols)) * w.rows; };
   uint64_t total = bytes(weights_.output) + RowBytes(weights_.tok_embd.type, weights_.tok_embd.cols);
-  for (const LayerWeights& l : weights_.layers)
+  const int used = config_.moe.n_expert_used;
+  for (const LayerWeights& l : weights_.layers) {
     total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.w_gate) + bytes(l.w_up) + bytes(l.w_down);
+    // A token reads the router and its n_expert_used experts.
+    if (!l.gate_exps.empty())
+      total += bytes(l.router) + used * (bytes(l.gate_exps[0]) + bytes(l.up_exps[0]) + bytes(l.down_exps[0]));
+  }
   return total;
 }
 
@@ -335,9 +354,14 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());
     clock.Mark(ForwardProfile::kAttnOut);
 
-    // Feed-forward block (SwiGLU).
+    // Feed-forward block (SwiGLU, or a mixture of SwiGLU experts).
     RmsNormRows(s.x.data(), L.ffn_norm, c.rms_eps, n, d, s.h.data(), pool);
     clock.Mark(ForwardProfile::kNorm);
+    if (c.moe.enabled()) {
+      out.experts_read += MoeFfn(c.moe, L, s.h.data(), n, d, s.x.data(), pool);
+      clock.Mark(ForwardProfile::kDown);
+      continue;
+    }
     if (L.w_gate_up.rows > 0) {
       ops::MatMul(L.w_gate_up, s.h.data(), n, s.fused.data(), pool);
       clock.Mark(ForwardProfile::kGateUp);

@@ -25,13 +25,17 @@ std::optional<SynthSpec> SynthShape(const std::string& name) {
     s.arch = "llama"; s.n_vocab = 128256; s.n_embd = 2048; s.n_layer = 16; s.n_head = 32; s.n_head_kv = 8;
     s.head_dim = 64; s.n_ff = 8192; s.n_ctx = 131072; s.rope_base = 500000.0f; s.tied_embeddings = true;
     s.llama3_rope_freqs = true; s.rms_eps = 1e-5f;
+  } else if (name == "qwen3-30b-a3b") {
+    s.arch = "qwen3moe"; s.n_vocab = 151936; s.n_embd = 2048; s.n_layer = 48; s.n_head = 32; s.n_head_kv = 4;
+    s.head_dim = 128; s.n_ff = 6144; s.n_ctx = 40960; s.rope_base = 1000000.0f; s.tied_embeddings = false;
+    s.n_expert = 128; s.n_expert_used = 8; s.n_ff_exp = 768;
   } else {
     return std::nullopt;
   }
   return s;
 }
 
-std::vector<std::string> SynthShapeNames() { return {"qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b"}; }
+std::vector<std::string> SynthShapeNames() { return {"qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b", "qwen3-30b-a3b"}; }
 
 namespace {
 
@@ -98,12 +102,18 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   if (!ops::CanQuantize(spec.matrix_type))
     return InvalidArgument("synth: cannot write weights of type {}", DTypeName(spec.matrix_type));
   const int64_t block = Info(spec.matrix_type).block_size;
-  if (spec.n_embd % block || spec.n_ff % block || (spec.n_head * spec.head_dim) % block)
-    return InvalidArgument("synth: n_embd {}, n_ff {} and n_head*head_dim must be multiples of the {} block size {}",
-                           spec.n_embd, spec.n_ff, DTypeName(spec.matrix_type), block);
+  if (spec.n_embd % block || spec.n_ff % block || (spec.n_head * spec.head_dim) % block || spec.n_ff_exp % block)
+    return InvalidArgument(
+        "synth: n_embd {}, n_ff {}, n_ff_exp {} and n_head*head_dim must be multiples of the {} block size {}",
+        spec.n_embd, spec.n_ff, spec.n_ff_exp, DTypeName(spec.matrix_type), block);
 
   const ArchDescriptor* arch = FindArch(spec.arch);
   if (arch == nullptr) return InvalidArgument("synth: unknown architecture '{}'", spec.arch);
+  const bool moe = spec.n_expert > 0;
+  if (arch->traits.experts && !moe) return InvalidArgument("synth: {} needs n_expert > 0", spec.arch);
+  if (moe && (spec.n_expert_used <= 0 || spec.n_expert_used > spec.n_expert || spec.n_ff_exp <= 0))
+    return InvalidArgument("synth: {} experts with {} used and width {} is not a mixture of experts", spec.n_expert,
+                           spec.n_expert_used, spec.n_ff_exp);
   gguf::Writer w;
   const std::string a = spec.arch;
   w.SetString("general.architecture", a);
@@ -118,6 +128,11 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   w.SetU32(a + ".attention.value_length", spec.head_dim);
   w.SetF32(a + ".attention.layer_norm_rms_epsilon", spec.rms_eps);
   w.SetF32(a + ".rope.freq_base", spec.rope_base);
+  if (moe) {
+    w.SetU32(a + ".expert_count", spec.n_expert);
+    w.SetU32(a + ".expert_used_count", spec.n_expert_used);
+    w.SetU32(a + ".expert_feed_forward_length", spec.n_ff_exp);
+  }
   if (spec.rope_scaling != "none") {
     w.SetString(a + ".rope.scaling.type", spec.rope_scaling);
     w.SetF32(a + ".rope.scaling.factor", spec.rope_scaling_factor);
@@ -129,19 +144,24 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
     AddToyVocab(w, spec.n_vocab);
   }
 
-  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float gain) -> Status {
-    const DType type = spec.matrix_type;
+  // A [cols, rows] matrix, or with n > 1 a 3-D [cols, rows, n] stack of them (expert tensors).
+  auto tensor = [&](const std::string& name, DType type, int64_t cols, int64_t rows, int64_t n, float gain) -> Status {
     const uint64_t seed = NameSeed(spec.seed, name);
-    return w.AddTensorLazy(name, type, {cols, rows}, [=](uint8_t* dst) {
+    std::vector<int64_t> ne = {cols, rows};
+    if (n > 1) ne.push_back(n);
+    return w.AddTensorLazy(name, type, ne, [=](uint8_t* dst) {
       Normal normal(seed);
       std::vector<float> row(cols);
       const float stdev = gain / std::sqrt(static_cast<float>(cols));
       const size_t row_bytes = RowBytes(type, cols);
-      for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t r = 0; r < rows * n; ++r) {
         for (float& v : row) v = normal.Next() * stdev;
         ops::QuantizeRow(type, row.data(), dst + r * row_bytes, cols);
       }
     });
+  };
+  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float gain) {
+    return tensor(name, spec.matrix_type, cols, rows, 1, gain);
   };
   auto vec = [&](const std::string& name, int64_t n, float center, float spread) -> Status {
     std::vector<uint8_t> bytes(n * 4);
@@ -185,6 +205,14 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
       DSPARK_TRY(vec(n("attn_k_norm.weight"), spec.head_dim, 1.0f, 0.1f));
     }
     DSPARK_TRY(vec(n("ffn_norm.weight"), spec.n_embd, 1.0f, 0.1f));
+    if (moe) {
+      const DType t = spec.matrix_type;
+      DSPARK_TRY(tensor(n("ffn_gate_inp.weight"), DType::kF32, spec.n_embd, spec.n_expert, 1, spec.router_gain));
+      DSPARK_TRY(tensor(n("ffn_gate_exps.weight"), t, spec.n_embd, spec.n_ff_exp, spec.n_expert, g));
+      DSPARK_TRY(tensor(n("ffn_up_exps.weight"), t, spec.n_embd, spec.n_ff_exp, spec.n_expert, g));
+      DSPARK_TRY(tensor(n("ffn_down_exps.weight"), t, spec.n_ff_exp, spec.n_embd, spec.n_expert, g));
+      continue;
+    }
     DSPARK_TRY(matrix(n("ffn_gate.weight"), spec.n_embd, spec.n_ff, g));
     DSPARK_TRY(matrix(n("ffn_up.weight"), spec.n_embd, spec.n_ff, g));
     DSPARK_TRY(matrix(n("ffn_down.weight"), spec.n_ff, spec.n_embd, g));

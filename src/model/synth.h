@@ -16,7 +16,7 @@
 namespace dspark {
 
 struct SynthSpec {
-  std::string arch = "qwen3";  // llama, mistral, qwen2, qwen3
+  std::string arch = "qwen3";  // llama, mistral, qwen2, qwen3, qwen3moe
   int n_vocab = 512;
   int n_embd = 64;
   int n_layer = 2;
@@ -24,6 +24,13 @@ struct SynthSpec {
   int n_head_kv = 2;
   int head_dim = 16;
   int n_ff = 128;
+  // Mixture of experts (qwen3moe, or llama as Mixtral): n_expert > 0 replaces every dense FFN with
+  // a router (F32, as llama.cpp's converter writes it) and 3-D expert tensors.
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_exp = 0;
+  // Std of the router's weights relative to 1/sqrt(n_embd): larger values make routing decisive.
+  float router_gain = 1.0f;
   int n_ctx = 512;
   float rope_base = 10000.0f;
   float rms_eps = 1e-6f;
@@ -40,7 +47,7 @@ struct SynthSpec {
   float embedding_gain = 0.0f;
 };
 
-// Named real shapes for `dspark synth`: qwen3-0.6b, qwen3-1.7b, llama-3.2-1b.
+// Named real shapes for `dspark synth`: qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, qwen3-30b-a3b.
 std::optional<SynthSpec> SynthShape(const std::string& name);
 std::vector<std::string> SynthShapeNames();
 

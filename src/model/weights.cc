@@ -31,9 +31,12 @@ class Binder {
       want += "]";
       return InvalidArgument(
           "model: {}: tensor '{}' (data at byte {}) has shape {}, expected {} for {} (n_embd={}, n_head={}, "
-          "n_head_kv={}, head_dim={}, n_ff={}, n_vocab={})",
+          "n_head_kv={}, head_dim={}, n_ff={}, n_vocab={}{})",
           file_.path(), name, t->file_offset, t->ShapeString(), want, config_.arch, config_.n_embd,
-          config_.n_head, config_.n_head_kv, config_.head_dim, config_.n_ff, config_.n_vocab);
+          config_.n_head, config_.n_head_kv, config_.head_dim, config_.n_ff, config_.n_vocab,
+          config_.moe.enabled()
+              ? fmt::format(", n_expert={}, n_ff_exp={}", config_.moe.n_expert, config_.moe.n_ff_exp)
+              : std::string());
     }
     return t;
   }
@@ -46,6 +49,18 @@ class Binder {
       return Unimplemented("model: {}: tensor '{}' has type {}, which dspark cannot multiply yet", file_.path(),
                            name, DTypeName(t->type));
     return ops::WeightView{t->data, t->type, rows, cols};
+  }
+
+  // The n matrices [rows, cols] of a 3-D expert tensor [cols, rows, n], one view each.
+  Result<std::vector<ops::WeightView>> Experts(const std::string& name, int64_t cols, int64_t rows, int64_t n) {
+    DSPARK_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(name, {cols, rows, n}, TensorRequirement::kRequired));
+    if (!ops::MatMulSupports(t->type))
+      return Unimplemented("model: {}: tensor '{}' has type {}, which dspark cannot multiply yet", file_.path(),
+                           name, DTypeName(t->type));
+    std::vector<ops::WeightView> views;
+    const size_t bytes = RowBytes(t->type, cols) * static_cast<size_t>(rows);
+    for (int64_t e = 0; e < n; ++e) views.push_back(ops::WeightView{t->data + e * bytes, t->type, rows, cols});
+    return views;
   }
 
   Result<std::vector<float>> Vector(const std::string& name, int64_t n,
@@ -105,6 +120,14 @@ Result<ModelWeights> BindDenseWeights(const gguf::File& file, const ModelConfig&
     DSPARK_ASSIGN_OR_RETURN(l.q_norm, b.Vector(n("attn_q_norm.weight"), c.head_dim, norm_req));
     DSPARK_ASSIGN_OR_RETURN(l.k_norm, b.Vector(n("attn_k_norm.weight"), c.head_dim, norm_req));
     DSPARK_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(n("ffn_norm.weight"), c.n_embd));
+    if (c.moe.enabled()) {
+      const MoeConfig& m = c.moe;
+      DSPARK_ASSIGN_OR_RETURN(l.router, b.Matrix(n("ffn_gate_inp.weight"), c.n_embd, m.n_expert));
+      DSPARK_ASSIGN_OR_RETURN(l.gate_exps, b.Experts(n("ffn_gate_exps.weight"), c.n_embd, m.n_ff_exp, m.n_expert));
+      DSPARK_ASSIGN_OR_RETURN(l.up_exps, b.Experts(n("ffn_up_exps.weight"), c.n_embd, m.n_ff_exp, m.n_expert));
+      DSPARK_ASSIGN_OR_RETURN(l.down_exps, b.Experts(n("ffn_down_exps.weight"), m.n_ff_exp, c.n_embd, m.n_expert));
+      continue;
+    }
     DSPARK_ASSIGN_OR_RETURN(l.w_gate, b.Matrix(n("ffn_gate.weight"), c.n_embd, c.n_ff));
     DSPARK_ASSIGN_OR_RETURN(l.w_up, b.Matrix(n("ffn_up.weight"), c.n_embd, c.n_ff));
     DSPARK_ASSIGN_OR_RETURN(l.w_down, b.Matrix(n("ffn_down.weight"), c.n_ff, c.n_embd));

@@ -1,4 +1,4 @@
-// Weights of a dense transformer bound to tensors of a GGUF file (zero-copy: matrices point into
+// Weights of a transformer (dense or mixture-of-experts FFN blocks) bound to tensors of a GGUF file (zero-copy: matrices point into
 // the mapping), with every tensor's shape and type checked against the hyperparameters.
 #pragma once
 
@@ -23,6 +23,11 @@ struct LayerWeights {
   // With packed weights: wq|wk|wv and w_gate|w_up as one packed matrix each (PackedWeights::
   // PackFused), when their types allow; empty (rows == 0) otherwise.
   ops::WeightView wqkv, w_gate_up;
+  // A mixture-of-experts block (config.moe) instead of the dense FFN: the router [n_expert,
+  // n_embd] and per expert its gate / up [n_ff_exp, n_embd] and down [n_embd, n_ff_exp], views of
+  // the 3-D ffn_{gate,up,down}_exps tensors; gate_up_exps as w_gate_up, per expert.
+  ops::WeightView router;
+  std::vector<ops::WeightView> gate_exps, up_exps, down_exps, gate_up_exps;
 };
 
 struct ModelWeights {

@@ -1,5 +1,5 @@
 // The architecture registry: each supported `general.architecture` has one descriptor, defined in
-// its own file (llama.cc, qwen2.cc, qwen3.cc) and listed in registry.cc.
+// its own file (llama.cc, qwen2.cc, qwen3.cc, qwen3moe.cc) and listed in registry.cc.
 #pragma once
 
 #include <string>
@@ -25,9 +25,14 @@ std::vector<std::string_view> KnownArchs();
 // The hparams every dense llama-family architecture shares, with `traits` filled in by the caller.
 Result<ModelConfig> ReadDenseHparams(const gguf::File& file, std::string_view arch, const ArchTraits& traits);
 
+// The mixture-of-experts keys (`<arch>.expert_count` and the rest) into config.moe; without
+// expert_count the model is dense, which is an error when `required`.
+Status ReadMoeHparams(const gguf::File& file, std::string_view arch, bool required, ModelConfig& config);
+
 const ArchDescriptor& LlamaArch();
 const ArchDescriptor& MistralArch();
 const ArchDescriptor& Qwen2Arch();
 const ArchDescriptor& Qwen3Arch();
+const ArchDescriptor& Qwen3MoeArch();
 
 }  // namespace dspark

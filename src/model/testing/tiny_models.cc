@@ -20,6 +20,12 @@ SynthSpec TinySpec(const std::string& arch, DType type, int n_vocab) {
   spec.tied_embeddings = arch != "qwen2";  // cover both LM-head layouts
   spec.llama3_rope_freqs = arch == "llama";
   spec.weight_gain = 1.5f;
+  if (arch == "qwen3moe") {  // 8 experts, 2 per token: blocks of a few rows already read most
+    spec.n_expert = 8;
+    spec.n_expert_used = 2;
+    spec.n_ff_exp = super_block ? 256 : 32;
+    spec.router_gain = 2.0f;
+  }
   return spec;
 }
 

@@ -1,0 +1,117 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/ops.h"
+
+namespace dspark {
+
+void RouteExperts(const MoeConfig& moe, const float* logits, int n, int32_t* ids, float* weights) {
+  const int n_expert = moe.n_expert, k = moe.n_expert_used;
+  std::vector<float> probs(n_expert);
+  std::vector<int32_t> order(n_expert);
+  for (int i = 0; i < n; ++i) {
+    const float* l = logits + static_cast<size_t>(i) * n_expert;
+    if (moe.gating == ExpertGating::kSoftmax) {
+      std::copy(l, l + n_expert, probs.begin());
+      ops::Softmax(probs.data(), n_expert);
+    } else {
+      for (int e = 0; e < n_expert; ++e) probs[e] = 1.0f / (1.0f + std::exp(-l[e]));
+    }
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return probs[a] != probs[b] ? probs[a] > probs[b] : a < b;
+    });
+    int32_t* row_ids = ids + static_cast<size_t>(i) * k;
+    float* w = weights + static_cast<size_t>(i) * k;
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      row_ids[j] = order[j];
+      w[j] = probs[order[j]];
+      sum += w[j];
+    }
+    if (moe.norm_weights && sum > 0.0f)
+      for (int j = 0; j < k; ++j) w[j] /= sum;
+    if (moe.weights_scale != 0.0f)
+      for (int j = 0; j < k; ++j) w[j] *= moe.weights_scale;
+  }
+}
+
+namespace {
+
+// Per calling thread, reused across passes.
+struct MoeScratch {
+  std::vector<float> logits, weights, rows_in, gate_up, act, up, rows_out, outs;
+  std::vector<int32_t> ids, slots, first;
+};
+
+}  // namespace
+
+int MoeFfn(const MoeConfig& moe, const LayerWeights& L, const float* h, int n, int64_t d, float* x,
+           ThreadPool& pool) {
+  thread_local MoeScratch s;
+  const int n_expert = moe.n_expert, k = moe.n_expert_used;
+  const int64_t ff = moe.n_ff_exp;
+  s.logits.resize(static_cast<size_t>(n) * n_expert);
+  ops::MatMul(L.router, h, n, s.logits.data(), pool);
+  s.ids.resize(static_cast<size_t>(n) * k);
+  s.weights.resize(s.ids.size());
+  RouteExperts(moe, s.logits.data(), n, s.ids.data(), s.weights.data());
+
+  // The (row, choice) slots of each expert, expert by expert (a counting sort).
+  s.first.assign(n_expert + 1, 0);
+  for (int32_t e : s.ids) ++s.first[e + 1];
+  for (int e = 0; e < n_expert; ++e) s.first[e + 1] += s.first[e];
+  s.slots.resize(s.ids.size());
+  {
+    std::vector<int32_t> fill(s.first.begin(), s.first.end() - 1);
+    for (size_t slot = 0; slot < s.ids.size(); ++slot) s.slots[fill[s.ids[slot]]++] = static_cast<int32_t>(slot);
+  }
+
+  s.outs.resize(s.ids.size() * d);  // [row * k + choice, n_embd]
+  int experts_read = 0;
+  for (int e = 0; e < n_expert; ++e) {
+    const int m = s.first[e + 1] - s.first[e];
+    if (m == 0) continue;
+    ++experts_read;
+    const int32_t* slots = s.slots.data() + s.first[e];
+    s.rows_in.resize(static_cast<size_t>(m) * d);
+    for (int r = 0; r < m; ++r)
+      std::memcpy(s.rows_in.data() + r * d, h + static_cast<size_t>(slots[r] / k) * d, d * sizeof(float));
+    s.act.resize(static_cast<size_t>(m) * ff);
+    if (!L.gate_up_exps.empty() && L.gate_up_exps[e].rows > 0) {
+      s.gate_up.resize(static_cast<size_t>(m) * 2 * ff);
+      ops::MatMul(L.gate_up_exps[e], s.rows_in.data(), m, s.gate_up.data(), pool);
+      for (int r = 0; r < m; ++r) {
+        const float* gu = s.gate_up.data() + static_cast<size_t>(r) * 2 * ff;
+        ops::SiluMul(gu, gu + ff, ff, s.act.data() + r * ff);
+      }
+    } else {
+      s.up.resize(s.act.size());
+      ops::MatMul(L.gate_exps[e], s.rows_in.data(), m, s.act.data(), pool);
+      ops::MatMul(L.up_exps[e], s.rows_in.data(), m, s.up.data(), pool);
+      ops::SiluMul(s.act.data(), s.up.data(), static_cast<int64_t>(m) * ff, s.act.data());
+    }
+    s.rows_out.resize(static_cast<size_t>(m) * d);
+    ops::MatMul(L.down_exps[e], s.act.data(), m, s.rows_out.data(), pool);
+    for (int r = 0; r < m; ++r)
+      std::memcpy(s.outs.data() + static_cast<size_t>(slots[r]) * d, s.rows_out.data() + r * d, d * sizeof(float));
+  }
+
+  // Each row: its experts' outputs times their weights, summed in choice order, onto the residual.
+  s.rows_out.resize(d);
+  for (int i = 0; i < n; ++i) {
+    float* acc = s.rows_out.data();
+    const float* out = s.outs.data() + static_cast<size_t>(i) * k * d;
+    const float* w = s.weights.data() + static_cast<size_t>(i) * k;
+    for (int64_t c = 0; c < d; ++c) acc[c] = out[c] * w[0];
+    for (int j = 1; j < k; ++j) ops::Axpy(w[j], out + j * d, d, acc);
+    ops::Add(acc, d, x + static_cast<size_t>(i) * d);
+  }
+  return experts_read;
+}
+
+}  // namespace dspark
