@@ -19,6 +19,7 @@
 #include "kernels/cpu_target.h"
 #include "kernels/ops.h"
 #include "model/model.h"
+#include "util/memory.h"
 
 namespace dspark::cli {
 
@@ -84,12 +85,18 @@ int RunPlainBench(const BenchFlags& f) {
   // --profile: time by phase of the decode passes and of each verify-k pass (ForwardProfile).
   ForwardProfile decode_profile;
   std::map<int, ForwardProfile> verify_profile;
-  auto run = [&](int n_rows, int start, bool all_logits, ForwardProfile* profile = nullptr) -> Status {
+  // Mixture-of-experts targets: the distinct experts each verify-k pass read, summed over blocks.
+  std::map<int, int64_t> experts_read;
+  auto run = [&](int n_rows, int start, bool all_logits, ForwardProfile* profile = nullptr,
+                 int64_t* experts = nullptr) -> Status {
     Batch b;
     for (int i = 0; i < n_rows; ++i) b.Add(token(start + i), start + i, 0, all_logits || i == n_rows - 1);
     ForwardOptions options;
     if (f.profile) options.profile = profile;
-    return model.Forward(b, cache, pool, options).status();
+    auto out = model.Forward(b, cache, pool, options);
+    if (!out.ok()) return out.status();
+    if (experts != nullptr) *experts += out->experts_read;
+    return Status::Ok();
   };
 
   std::string weights;
@@ -104,14 +111,20 @@ int RunPlainBench(const BenchFlags& f) {
   std::fprintf(stderr, "dspark bench: %s, %s, %d threads, %s kernels, %s; KV cache %s, %.1f MiB for %d cells\n",
                f.model.c_str(), c.arch.c_str(), pool.num_threads(), kernels::CpuTargetName().c_str(), weights.c_str(),
                std::string(DTypeName(f.cache_type)).c_str(), cache.bytes() / 1048576.0, n_ctx);
+  if (c.moe.enabled())
+    std::fprintf(stderr, "dspark bench: %d experts, %d used per token, %d wide\n", c.moe.n_expert,
+                 c.moe.n_expert_used, c.moe.n_ff_exp);
   const double copy_bw = CopyBandwidth(pool);
 
   // Warm-up: touches every weight page once so the first timed run does not pay page faults.
   Status s = run(8, 0, false);
   if (!s.ok()) return Fail(s);
+  const uint64_t resident = ResidentBytes();
+  std::fprintf(stderr, "dspark bench: resident memory after load and warm-up: %.0f MiB\n", resident / 1048576.0);
 
   std::vector<double> prefill, decode;
   std::map<int, std::vector<double>> verify;
+  constexpr int kVerifyRuns = 8;
   // Every k a draft of up to 8 tokens verifies (anchor + draft), then wider blocks.
   const int ks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16};
   for (int rep = 0; rep < f.reps; ++rep) {
@@ -127,12 +140,11 @@ int RunPlainBench(const BenchFlags& f) {
 
     // Verify-k: k rows with logits for each, on top of the prompt, then roll back; the mean of
     // kVerifyRuns passes (one pass is under a millisecond on small models: a single one is noise).
-    constexpr int kVerifyRuns = 8;
     for (int k : ks) {
       const int base = cache.Length(0);
       t0 = NowMs();
       for (int i = 0; i < kVerifyRuns; ++i) {
-        if (!(s = run(k, base, true, &verify_profile[k])).ok()) return Fail(s);
+        if (!(s = run(k, base, true, &verify_profile[k], &experts_read[k])).ok()) return Fail(s);
         (void)cache.Truncate(0, base);
       }
       verify[k].push_back((NowMs() - t0) / kVerifyRuns);
@@ -165,6 +177,17 @@ int RunPlainBench(const BenchFlags& f) {
   nlohmann::json vj = nlohmann::json::object();
   for (int k : ks) vj[std::to_string(k)] = Summarise(verify[k]).median;
   j["verify_ms"] = vj;
+  j["resident_bytes"] = resident;
+  // Mean distinct experts per block of one verify-k pass (k rows choosing k * n_used at most).
+  const auto experts_per_block = [&](int k) {
+    const int64_t passes = int64_t{f.reps} * kVerifyRuns;
+    return static_cast<double>(experts_read[k]) / (static_cast<double>(passes) * c.n_layer);
+  };
+  if (c.moe.enabled()) {
+    nlohmann::json ej = nlohmann::json::object();
+    for (int k : ks) ej[std::to_string(k)] = experts_per_block(k);
+    j["experts_per_block"] = ej;
+  }
   // Per pass, in microseconds: decode (one row at the decode depths) and every verify k.
   const auto phase_us = [](const ForwardProfile& p) {
     nlohmann::json pj = nlohmann::json::object();
@@ -187,7 +210,12 @@ int RunPlainBench(const BenchFlags& f) {
   const double one = Summarise(verify[1]).median;
   for (int k : ks) {
     const double ms = Summarise(verify[k]).median;
-    std::printf("verify k=%-2d: %8.2f ms  (%.2fx one position)\n", k, ms, ms / one);
+    if (c.moe.enabled()) {
+      std::printf("verify k=%-2d: %8.2f ms  (%.2fx one position; %5.1f of %d experts per block, %.2fx one position's)\n",
+                  k, ms, ms / one, experts_per_block(k), c.moe.n_expert, experts_per_block(k) / experts_per_block(1));
+    } else {
+      std::printf("verify k=%-2d: %8.2f ms  (%.2fx one position)\n", k, ms, ms / one);
+    }
   }
   if (f.profile) {
     // Microseconds per pass by phase; the last column is what each verification row adds.

@@ -10,6 +10,7 @@
 #include "util/escapes.h"
 #include "util/fp16.h"
 #include "util/huge_page_arena.h"
+#include "util/memory.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
 
@@ -24,6 +25,15 @@ Result<int> Half(int x) {
 Result<int> Quarter(int x) {
   DSPARK_ASSIGN_OR_RETURN(int h, Half(x));
   return Half(h);
+}
+
+TEST(ResidentBytes, GrowsWhenMemoryIsTouched) {
+  const uint64_t before = ResidentBytes();
+  ASSERT_GT(before, 0u);
+  std::vector<uint8_t> block(64 << 20);
+  for (size_t i = 0; i < block.size(); i += 4096) block[i] = static_cast<uint8_t>(i);
+  EXPECT_GE(ResidentBytes(), before + (48u << 20));
+  EXPECT_EQ(block[4096], 0u);  // keeps the block alive and touched
 }
 
 TEST(Status, PropagatesErrorsAndValues) {
