@@ -117,6 +117,41 @@ TEST_F(Lossless, GreedyEqualsPlainForEveryDrafterAndDraftLength) {
   }
 }
 
+// Mixture-of-experts targets (qwen3moe, and llama with experts as Mixtral stores them): a
+// verification block's rows choose their experts together in one pass, and the output is still
+// plain decoding's, for every drafter.
+TEST_F(Lossless, GreedyEqualsPlainOnMixtureOfExpertsTargets) {
+  const int n = 32;
+  for (const char* arch : {"qwen3moe", "llama"}) {
+    SynthSpec spec = testing::TinySpec("qwen3moe", DType::kQ8_0);
+    spec.arch = arch;
+    spec.seed = 31;
+    spec.tied_embeddings = false;
+    spec.embedding_gain = 2.0f;
+    target_ = Load(testing::WriteTiny(spec, std::string("lossless_moe_") + arch));
+    ASSERT_TRUE(target_.model->config().moe.enabled()) << arch;
+    for (int variant = 0; variant < 3; ++variant) {
+      const auto prompt = Prompt(variant);
+      const auto want = ReferenceGreedy(*target_.model, pool_, prompt, n, 256);
+      ASSERT_GE(std::set<int32_t>(want.begin(), want.end()).size(), 5u) << arch;
+      std::vector<int32_t> reference = prompt;
+      reference.insert(reference.end(), want.begin(), want.end());
+      for (int n_max : {1, 3, 8}) {
+        std::map<std::string, std::unique_ptr<Drafter>> drafters;
+        drafters["draft-dense"] = DraftModel(other_path_, 256);
+        drafters["ngram"] = std::make_unique<NgramDrafter>(NgramOptions{1, 3});
+        drafters["ngram+draft"] = std::make_unique<LookupFirstDrafter>(NgramOptions{2, 3}, DraftModel(other_path_, 256));
+        drafters["synthetic"] = std::make_unique<SyntheticDrafter>(reference, target_.model->config().n_vocab, 0.6);
+        for (auto& [name, d] : drafters) {
+          const GenerateResult r = Run(d.get(), prompt, n, n_max);
+          ASSERT_EQ(r.ids, want) << arch << " " << name << " n_max " << n_max << " prompt " << variant;
+          EXPECT_LE(r.stats.num_target_calls, 1 + n) << name;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(Lossless, DraftModelIngestsThePromptBeforeItsFirstProposal) {
   // After Prefill the draft cache holds the prompt: the first proposal's first pass runs only the
   // last token (cold, that pass carries the whole prompt too), and the proposal is the same.
