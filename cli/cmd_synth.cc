@@ -46,7 +46,7 @@ int RunSynth(const SynthFlags& f) {
 Runner RegisterSynth(CLI::App& app) {
   auto f = std::make_shared<SynthFlags>();
   CLI::App* sub = app.add_subcommand("synth", "Write a random-weight model of a real shape");
-  sub->add_option("shape", f->shape, "qwen3-0.6b, qwen3-1.7b, llama-3.2-1b or qwen3-30b-a3b")->required();
+  sub->add_option("shape", f->shape, "qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, qwen3-30b-a3b, deepseek-v2-lite or deepseek-v3-mini")->required();
   sub->add_option("output", f->out, "Output GGUF")->required();
   sub->add_option("--vocab", f->vocab, "GGUF whose tokenizer to copy (else a toy vocabulary)");
   sub->add_option("--type", f->type, "Weight type: Q8_0, Q4_K, Q4_0, Q6_K, F16, ...")->capture_default_str();

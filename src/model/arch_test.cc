@@ -79,6 +79,7 @@ constexpr ArchExpect kArchExpect[] = {
     {"qwen2", true, true, false, false, false},
     {"qwen3", true, false, true, false, false},
     {"qwen3moe", true, false, true, false, true},
+    {"deepseek2", false, false, false, false, true},
 };
 
 struct RefConfig {
@@ -91,9 +92,19 @@ struct RefConfig {
   double attn_factor = 1;  // what llama.cpp passes to ggml_rope_ext as attn_factor (its mscale)
   double corr_low = 0, corr_high = 0;  // ggml_rope_yarn_corr_dims
   std::vector<double> freq_factors;    // rope_freqs.weight
-  // Mixture of experts (llama.cpp's build_moe_ffn as qwen3moe and Mixtral call it: softmax over
-  // the router's logits, the n_expert_used most probable, their probabilities normalised).
+  // Mixture of experts (llama.cpp's build_moe_ffn: gating probabilities, plus the exp_probs_b
+  // bias for selection, the best n_group_used groups by their two best scores, the
+  // n_expert_used best, their probabilities as weights, normalised and scaled as the keys say),
+  // DeepSeek's shared experts and leading dense blocks.
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  bool sigmoid = false, norm_w = true;
+  double w_scale = 0;
+  int n_group = 0, n_group_used = 0, n_shared = 0, n_dense_lead = 0;
+  // deepseek2's multi-head latent attention, computed as plain multi-head attention on keys and
+  // values decompressed from the latent (llama.cpp's non-absorbed path).
+  int q_lora = 0, kv_lora = 0, nope = 0, v_head = 0;
+  bool split_kv_b = false;
+  double kq_scale = 0;
 };
 
 RefConfig ReadRefConfig(const gguf::File& f, const std::string& arch) {
@@ -134,9 +145,31 @@ RefConfig ReadRefConfig(const gguf::File& f, const std::string& arch) {
 
   c.n_expert = int_key("expert_count", 0);
   EXPECT_TRUE(!c.expect.moe || c.n_expert > 0) << arch << " needs expert_count";
+  const bool deepseek = arch == "deepseek2";
   if (c.n_expert > 0) {
     c.n_expert_used = int_key("expert_used_count");
     c.n_ff_exp = int_key("expert_feed_forward_length", c.n_expert_used > 0 ? c.n_ff / c.n_expert_used : 0);
+    c.w_scale = float_key("expert_weights_scale", 0.0);
+    c.n_group = int_key("expert_group_count", 0);
+    c.n_group_used = int_key("expert_group_used_count", 0);
+    // qwen3moe and Mixtral always normalise; deepseek2 reads the key (default false) and its
+    // gating function (0 or absent: softmax).
+    if (deepseek) {
+      const Result<bool> norm = f.GetBoolOr(key("expert_weights_norm"), false);
+      EXPECT_TRUE(norm.ok());
+      c.norm_w = norm.ok() && *norm;
+      c.sigmoid = int_key("expert_gating_func", 0) == 2;
+      c.n_shared = int_key("expert_shared_count");
+      c.n_dense_lead = int_key("leading_dense_block_count", 0);
+    }
+  }
+  if (deepseek) {
+    c.kv_lora = int_key("attention.kv_lora_rank");
+    c.q_lora = int_key("attention.q_lora_rank", 0);
+    c.split_kv_b = f.Has(key("attention.key_length_mla"));
+    const int k_head = c.split_kv_b ? int_key("attention.key_length_mla") : c.head_dim;
+    c.v_head = c.split_kv_b ? int_key("attention.value_length_mla") : c.head_dim_v;
+    c.head_dim = k_head;  // nope + rope: the decompressed heads this reference attends with
   }
 
   c.n_rot = int_key("rope.dimension_count", c.head_dim);
@@ -168,6 +201,23 @@ RefConfig ReadRefConfig(const gguf::File& f, const std::string& arch) {
   };
   c.corr_low = std::max(0.0, std::floor(corr_dim(32.0)));
   c.corr_high = std::min(c.n_rot - 1.0, std::ceil(corr_dim(1.0)));
+  if (deepseek) {
+    c.nope = c.head_dim - c.n_rot;
+    // llama-context.cpp's YaRN attention factor for deepseek2 and models/deepseek2.cpp's kq_scale:
+    // the file stores 0.1 * log_mul; get_mscale(s, m) = 1 + 0.1 m ln s (1 for s <= 1).
+    const double log_mul = float_key("rope.scaling.yarn_log_multiplier", 0.0) / 0.1;
+    const double s = 1.0 / c.freq_scale;
+    auto get_mscale = [&](double m) { return s <= 1.0 ? 1.0 : 0.1 * m * std::log(s) + 1.0; };
+    c.attn_factor = 1.0;
+    if (c.ext_factor != 0.0) {
+      c.attn_factor = log_mul != 0.0 ? get_mscale(log_mul != 1.0 ? log_mul : 1.0) / get_mscale(log_mul) : get_mscale(1.0);
+      c.attn_factor /= 1.0 + 0.1 * std::log(s);
+    }
+    c.attn_factor *= float_key("rope.scaling.attn_factor", 1.0);  // as for every architecture
+    const double attn_factor_org = c.attn_factor * (1.0 + 0.1 * std::log(s));
+    const double mscale = attn_factor_org * (1.0 + 0.1 * log_mul * std::log(s));
+    c.kq_scale = mscale * mscale / std::sqrt(static_cast<double>(c.head_dim));
+  }
   if (const gguf::TensorInfo* t = f.FindTensor("rope_freqs.weight")) {
     EXPECT_TRUE(c.expect.rope_freqs) << arch << " takes no rope_freqs.weight";
     EXPECT_EQ(t->type, DType::kF32);
@@ -206,105 +256,192 @@ void Rope(double* x, int pos, const RefConfig& c) {
   }
 }
 
+using Rows = std::vector<std::vector<double>>;
+
+// Causal multi-head attention of n positions in double: q [t][n_head * d], k [t][n_head_kv * d]
+// (d = head_dim), v [t][n_head_kv * dv]; returns [t][n_head * dv].
+Rows Attend(const Rows& q, const Rows& k, const Rows& v, int n_head, int n_head_kv, int d, int dv, double scale) {
+  const int n = static_cast<int>(q.size());
+  Rows out(n, std::vector<double>(static_cast<size_t>(n_head) * dv, 0.0));
+  for (int t = 0; t < n; ++t)
+    for (int hh = 0; hh < n_head; ++hh) {
+      const int kvh = hh / (n_head / n_head_kv);
+      std::vector<double> sc(t + 1);
+      double mx = -1e300;
+      for (int u = 0; u <= t; ++u) {
+        double dot = 0;
+        for (int i = 0; i < d; ++i) dot += q[t][hh * d + i] * k[u][kvh * d + i];
+        mx = std::max(mx, sc[u] = dot * scale);
+      }
+      double sum = 0;
+      for (double& e : sc) sum += (e = std::exp(e - mx));
+      for (int u = 0; u <= t; ++u)
+        for (int i = 0; i < dv; ++i) out[t][hh * dv + i] += sc[u] / sum * v[u][kvh * dv + i];
+    }
+  return out;
+}
+
+// One SwiGLU of width ff: gate / up rows from row `row0` of wg / wu ([*, n_embd]), the down
+// projection's [n_embd, ff] block starting at element `down0` of wd.
+std::vector<double> SwiGluRef(const Matrix& wg, const Matrix& wu, const Matrix& wd, size_t row0, size_t down0,
+                              int ff, const std::vector<double>& h) {
+  const size_t d = h.size();
+  std::vector<double> g(ff, 0.0), u(ff, 0.0), out(d, 0.0);
+  for (int r = 0; r < ff; ++r)
+    for (size_t i = 0; i < d; ++i) {
+      g[r] += wg[(row0 + r) * d + i] * h[i];
+      u[r] += wu[(row0 + r) * d + i] * h[i];
+    }
+  for (int r = 0; r < ff; ++r) g[r] = g[r] / (1 + std::exp(-g[r])) * u[r];
+  for (size_t r = 0; r < d; ++r)
+    for (int i = 0; i < ff; ++i) out[r] += wd[down0 + r * ff + i] * g[i];
+  return out;
+}
+
+// Block il's feed-forward output for normed h: dense SwiGLU, or the mixture (and shared experts).
+std::vector<double> FfnRef(const gguf::File& f, const RefConfig& c, int il, const std::vector<double>& h) {
+  auto w = [&](const char* part) { return Weights(f, fmt::format("blk.{}.{}", il, part)); };
+  if (c.n_expert == 0 || il < c.n_dense_lead)
+    return SwiGluRef(w("ffn_gate.weight"), w("ffn_up.weight"), w("ffn_down.weight"), 0, 0, c.n_ff, h);
+  const Matrix wg = w("ffn_gate_exps.weight"), wu = w("ffn_up_exps.weight"), wd = w("ffn_down_exps.weight");
+  std::vector<double> p = MatVec(w("ffn_gate_inp.weight"), h, c.n_expert);
+  if (c.sigmoid) {
+    for (double& e : p) e = 1.0 / (1.0 + std::exp(-e));
+  } else {
+    const double mx = *std::max_element(p.begin(), p.end());
+    double sum = 0;
+    for (double& e : p) sum += (e = std::exp(e - mx));
+    for (double& e : p) e /= sum;
+  }
+  std::vector<double> score = p;
+  if (f.FindTensor(fmt::format("blk.{}.exp_probs_b.bias", il)) != nullptr) {
+    const Matrix bias = w("exp_probs_b.bias");
+    for (int e = 0; e < c.n_expert; ++e) score[e] += bias[e];
+  }
+  if (c.n_group > 1) {
+    const int per = c.n_expert / c.n_group;
+    std::vector<std::pair<double, int>> groups;
+    for (int g = 0; g < c.n_group; ++g) {
+      std::vector<double> in(score.begin() + g * per, score.begin() + (g + 1) * per);
+      std::sort(in.rbegin(), in.rend());
+      groups.push_back({-(in[0] + (per > 1 ? in[1] : 0.0)), g});
+    }
+    std::sort(groups.begin(), groups.end());
+    std::vector<bool> kept(c.n_group, false);
+    for (int g = 0; g < c.n_group_used; ++g) kept[groups[g].second] = true;
+    for (int e = 0; e < c.n_expert; ++e)
+      if (!kept[e / per]) score[e] = -1e300;
+  }
+  std::vector<int> order(c.n_expert);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
+  double chosen = 0;
+  for (int j = 0; j < c.n_expert_used; ++j) chosen += p[order[j]];
+  std::vector<double> out(h.size(), 0.0);
+  for (int j = 0; j < c.n_expert_used; ++j) {
+    const size_t e = order[j];
+    double weight = p[e];
+    if (c.norm_w) weight /= chosen;
+    if (c.w_scale != 0) weight *= c.w_scale;
+    const auto dn = SwiGluRef(wg, wu, wd, e * c.n_ff_exp, e * h.size() * c.n_ff_exp, c.n_ff_exp, h);
+    for (size_t i = 0; i < h.size(); ++i) out[i] += weight * dn[i];
+  }
+  if (c.n_shared > 0) {
+    const auto sh = SwiGluRef(w("ffn_gate_shexp.weight"), w("ffn_up_shexp.weight"), w("ffn_down_shexp.weight"), 0, 0,
+                              c.n_shared * c.n_ff_exp, h);
+    for (size_t i = 0; i < h.size(); ++i) out[i] += sh[i];
+  }
+  return out;
+}
+
+// deepseek2's attention for block il over the normed rows hs: queries, the latent, keys and values
+// decompressed per head ([k_nope, k_pe] with k_pe shared by the heads), plain attention.
+Rows MlaRef(const gguf::File& f, const RefConfig& c, int il, const Rows& hs) {
+  auto w = [&](const char* part) { return Weights(f, fmt::format("blk.{}.{}", il, part)); };
+  const int n = static_cast<int>(hs.size()), H = c.n_head, dk = c.nope + c.n_rot;
+  Rows q(n), k(n, std::vector<double>(static_cast<size_t>(H) * dk)), v(n, std::vector<double>(static_cast<size_t>(H) * c.v_head));
+  const Matrix wkv_a = w("attn_kv_a_mqa.weight"), kv_norm = w("attn_kv_a_norm.weight");
+  for (int t = 0; t < n; ++t) {
+    q[t] = c.q_lora > 0 ? MatVec(w("attn_q_b.weight"),
+                                 RmsNorm(MatVec(w("attn_q_a.weight"), hs[t], c.q_lora), w("attn_q_a_norm.weight"), c.rms_eps),
+                                 static_cast<int64_t>(H) * dk)
+                        : MatVec(w("attn_q.weight"), hs[t], static_cast<int64_t>(H) * dk);
+    for (int hh = 0; hh < H; ++hh) Rope(q[t].data() + hh * dk + c.nope, t, c);
+    std::vector<double> kva = MatVec(wkv_a, hs[t], c.kv_lora + c.n_rot);
+    const std::vector<double> latent = RmsNorm(kva, kv_norm, c.rms_eps, 0, c.kv_lora);
+    Rope(kva.data() + c.kv_lora, t, c);
+    for (int hh = 0; hh < H; ++hh) {
+      for (int i = 0; i < c.n_rot; ++i) k[t][hh * dk + c.nope + i] = kva[c.kv_lora + i];
+      if (c.split_kv_b) {
+        // attn_k_b: per head [kv_lora rows, nope cols]; attn_v_b: per head [v rows, kv_lora cols].
+        const Matrix kb = w("attn_k_b.weight"), vb = w("attn_v_b.weight");
+        for (int i = 0; i < c.nope; ++i)
+          for (int r = 0; r < c.kv_lora; ++r)
+            k[t][hh * dk + i] += kb[(static_cast<size_t>(hh) * c.kv_lora + r) * c.nope + i] * latent[r];
+        for (int j = 0; j < c.v_head; ++j)
+          for (int r = 0; r < c.kv_lora; ++r)
+            v[t][hh * c.v_head + j] += vb[(static_cast<size_t>(hh) * c.v_head + j) * c.kv_lora + r] * latent[r];
+      } else {
+        const auto kv = MatVec(w("attn_kv_b.weight"), latent, static_cast<int64_t>(H) * (c.nope + c.v_head));
+        for (int i = 0; i < c.nope; ++i) k[t][hh * dk + i] = kv[hh * (c.nope + c.v_head) + i];
+        for (int j = 0; j < c.v_head; ++j) v[t][hh * c.v_head + j] = kv[hh * (c.nope + c.v_head) + c.nope + j];
+      }
+    }
+  }
+  return Attend(q, k, v, H, H, dk, c.v_head, c.kq_scale);
+}
+
 // Logits [n_tokens, n_vocab] of a single sequence with causal attention, all in double.
 std::vector<std::vector<double>> ReferenceForward(const gguf::File& f, const RefConfig& c,
                                                   const std::vector<int32_t>& tokens) {
   const int n = static_cast<int>(tokens.size());
   const int q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim, v_dim = c.n_head_kv * c.head_dim_v;
   const Matrix embd = Weights(f, "token_embd.weight");
-  std::vector<std::vector<double>> x(n, std::vector<double>(c.n_embd));
+  Rows x(n, std::vector<double>(c.n_embd));
   for (int t = 0; t < n; ++t)
     for (int i = 0; i < c.n_embd; ++i) x[t][i] = embd[static_cast<size_t>(tokens[t]) * c.n_embd + i];
   for (int il = 0; il < c.n_layer; ++il) {
     auto w = [&](const char* part) { return Weights(f, fmt::format("blk.{}.{}", il, part)); };
-    const Matrix attn_norm = w("attn_norm.weight"), wq = w("attn_q.weight"), wk = w("attn_k.weight"),
-                 wv = w("attn_v.weight"), wo = w("attn_output.weight"), ffn_norm = w("ffn_norm.weight");
-    const bool moe = c.n_expert > 0;
-    // Dense: gate, up, down. Experts: the same, stacked ([n_expert * rows, cols]), and the router.
-    const Matrix wg = w(moe ? "ffn_gate_exps.weight" : "ffn_gate.weight"),
-                 wu = w(moe ? "ffn_up_exps.weight" : "ffn_up.weight"),
-                 wd = w(moe ? "ffn_down_exps.weight" : "ffn_down.weight");
-    const Matrix router = moe ? w("ffn_gate_inp.weight") : Matrix();
-    Matrix bq, bk, bv, qn, kn;
-    if (c.expect.qkv_bias) bq = w("attn_q.bias"), bk = w("attn_k.bias"), bv = w("attn_v.bias");
-    if (c.expect.qk_norm) qn = w("attn_q_norm.weight"), kn = w("attn_k_norm.weight");
-    std::vector<std::vector<double>> q(n), k(n), v(n);
-    for (int t = 0; t < n; ++t) {
-      const auto h = RmsNorm(x[t], attn_norm, c.rms_eps);
-      q[t] = MatVec(wq, h, q_dim);
-      k[t] = MatVec(wk, h, kv_dim);
-      v[t] = MatVec(wv, h, v_dim);
-      if (c.expect.qkv_bias) {
-        for (int i = 0; i < q_dim; ++i) q[t][i] += bq[i];
-        for (int i = 0; i < kv_dim; ++i) k[t][i] += bk[i];
-        for (int i = 0; i < v_dim; ++i) v[t][i] += bv[i];
-      }
-      if (c.expect.qk_norm) {
-        for (int hh = 0; hh < c.n_head; ++hh) {
-          auto y = RmsNorm(q[t], qn, c.rms_eps, hh * c.head_dim, c.head_dim);
-          std::copy(y.begin(), y.end(), q[t].begin() + hh * c.head_dim);
+    const Matrix attn_norm = w("attn_norm.weight"), wo = w("attn_output.weight"), ffn_norm = w("ffn_norm.weight");
+    Rows hs(n), att;
+    for (int t = 0; t < n; ++t) hs[t] = RmsNorm(x[t], attn_norm, c.rms_eps);
+    if (c.kv_lora > 0) {
+      att = MlaRef(f, c, il, hs);
+    } else {
+      const Matrix wq = w("attn_q.weight"), wk = w("attn_k.weight"), wv = w("attn_v.weight");
+      Matrix bq, bk, bv, qn, kn;
+      if (c.expect.qkv_bias) bq = w("attn_q.bias"), bk = w("attn_k.bias"), bv = w("attn_v.bias");
+      if (c.expect.qk_norm) qn = w("attn_q_norm.weight"), kn = w("attn_k_norm.weight");
+      Rows q(n), k(n), v(n);
+      for (int t = 0; t < n; ++t) {
+        q[t] = MatVec(wq, hs[t], q_dim);
+        k[t] = MatVec(wk, hs[t], kv_dim);
+        v[t] = MatVec(wv, hs[t], v_dim);
+        if (c.expect.qkv_bias) {
+          for (int i = 0; i < q_dim; ++i) q[t][i] += bq[i];
+          for (int i = 0; i < kv_dim; ++i) k[t][i] += bk[i];
+          for (int i = 0; i < v_dim; ++i) v[t][i] += bv[i];
         }
-        for (int hh = 0; hh < c.n_head_kv; ++hh) {
-          auto y = RmsNorm(k[t], kn, c.rms_eps, hh * c.head_dim, c.head_dim);
-          std::copy(y.begin(), y.end(), k[t].begin() + hh * c.head_dim);
+        if (c.expect.qk_norm) {
+          for (int hh = 0; hh < c.n_head; ++hh) {
+            auto y = RmsNorm(q[t], qn, c.rms_eps, hh * c.head_dim, c.head_dim);
+            std::copy(y.begin(), y.end(), q[t].begin() + hh * c.head_dim);
+          }
+          for (int hh = 0; hh < c.n_head_kv; ++hh) {
+            auto y = RmsNorm(k[t], kn, c.rms_eps, hh * c.head_dim, c.head_dim);
+            std::copy(y.begin(), y.end(), k[t].begin() + hh * c.head_dim);
+          }
         }
+        for (int hh = 0; hh < c.n_head; ++hh) Rope(q[t].data() + hh * c.head_dim, t, c);
+        for (int hh = 0; hh < c.n_head_kv; ++hh) Rope(k[t].data() + hh * c.head_dim, t, c);
       }
-      for (int hh = 0; hh < c.n_head; ++hh) Rope(q[t].data() + hh * c.head_dim, t, c);
-      for (int hh = 0; hh < c.n_head_kv; ++hh) Rope(k[t].data() + hh * c.head_dim, t, c);
+      att = Attend(q, k, v, c.n_head, c.n_head_kv, c.head_dim, c.head_dim_v, 1.0 / std::sqrt(static_cast<double>(c.head_dim)));
     }
     for (int t = 0; t < n; ++t) {
-      std::vector<double> att(c.n_head * c.head_dim_v, 0.0);
-      for (int hh = 0; hh < c.n_head; ++hh) {
-        const int kvh = hh / (c.n_head / c.n_head_kv);
-        std::vector<double> s(t + 1);
-        double mx = -1e300;
-        for (int u = 0; u <= t; ++u) {
-          double d = 0;
-          for (int i = 0; i < c.head_dim; ++i) d += q[t][hh * c.head_dim + i] * k[u][kvh * c.head_dim + i];
-          s[u] = d / std::sqrt(static_cast<double>(c.head_dim));
-          mx = std::max(mx, s[u]);
-        }
-        double sum = 0;
-        for (double& e : s) sum += (e = std::exp(e - mx));
-        for (int u = 0; u <= t; ++u)
-          for (int i = 0; i < c.head_dim_v; ++i) att[hh * c.head_dim_v + i] += s[u] / sum * v[u][kvh * c.head_dim_v + i];
-      }
-      const auto o = MatVec(wo, att, c.n_embd);
+      const auto o = MatVec(wo, att[t], c.n_embd);
       for (int i = 0; i < c.n_embd; ++i) x[t][i] += o[i];
-      const auto h = RmsNorm(x[t], ffn_norm, c.rms_eps);
-      // One SwiGLU FFN of width ff whose matrices start at the given offsets.
-      auto swiglu = [&](size_t gu_off, size_t d_off, int ff) {
-        std::vector<double> g(ff, 0.0), u(ff, 0.0), dn(c.n_embd, 0.0);
-        for (int r = 0; r < ff; ++r)
-          for (int i = 0; i < c.n_embd; ++i) {
-            g[r] += wg[gu_off + static_cast<size_t>(r) * c.n_embd + i] * h[i];
-            u[r] += wu[gu_off + static_cast<size_t>(r) * c.n_embd + i] * h[i];
-          }
-        for (int r = 0; r < ff; ++r) g[r] = g[r] / (1 + std::exp(-g[r])) * u[r];
-        for (int r = 0; r < c.n_embd; ++r)
-          for (int i = 0; i < ff; ++i) dn[r] += wd[d_off + static_cast<size_t>(r) * ff + i] * g[i];
-        return dn;
-      };
-      if (!moe) {
-        const auto dn = swiglu(0, 0, c.n_ff);
-        for (int i = 0; i < c.n_embd; ++i) x[t][i] += dn[i];
-        continue;
-      }
-      std::vector<double> p = MatVec(router, h, c.n_expert);
-      const double mx = *std::max_element(p.begin(), p.end());
-      double sum = 0;
-      for (double& e : p) sum += (e = std::exp(e - mx));
-      for (double& e : p) e /= sum;
-      std::vector<int> order(c.n_expert);
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
-      double chosen = 0;
-      for (int j = 0; j < c.n_expert_used; ++j) chosen += p[order[j]];
-      for (int j = 0; j < c.n_expert_used; ++j) {
-        const size_t e = order[j];
-        const auto dn = swiglu(e * c.n_ff_exp * c.n_embd, e * c.n_embd * c.n_ff_exp, c.n_ff_exp);
-        for (int i = 0; i < c.n_embd; ++i) x[t][i] += p[e] / chosen * dn[i];
-      }
+      const auto dn = FfnRef(f, c, il, RmsNorm(x[t], ffn_norm, c.rms_eps));
+      for (int i = 0; i < c.n_embd; ++i) x[t][i] += dn[i];
     }
   }
   const Matrix out_norm = Weights(f, "output_norm.weight");
@@ -391,10 +528,18 @@ struct Case {
   // change a wrong eps makes is linear in eps, and on 1e-6 an eps x 10 would move the F32 cases
   // only a few times the F32 tolerance.
   float rms_eps;
+  // deepseek2's layouts: kMlaLite (no query LoRA, split attn_k_b / attn_v_b, softmax gating, no
+  // weight norm, scale 1: V2-Lite), kMlaLegacy (query LoRA, the older combined attn_kv_b),
+  // kMlaV3 (query LoRA, sigmoid gating with the selection bias, 4 expert groups of which 2 are
+  // used, normalised weights scaled by 2.5).
+  int mla = 0;
 };
+enum MlaVariant { kMlaLite = 0, kMlaLegacy = 1, kMlaV3 = 2 };
 
 std::string CaseName(const Case& c) {
-  return fmt::format("{}_{}_{}", c.arch, DTypeName(c.type), VariantName(c.rope));
+  const char* mla[] = {"lite", "legacy", "v3"};
+  return fmt::format("{}{}_{}_{}", c.arch, c.arch == "deepseek2" ? std::string("_") + mla[c.mla] : "",
+                     DTypeName(c.type), VariantName(c.rope));
 }
 
 void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
@@ -404,6 +549,19 @@ void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
 std::string WriteCaseModel(const Case& p) {
   SynthSpec spec = TinySpec(p.arch, p.type);
   spec.rms_eps = p.rms_eps;
+  if (p.mla == kMlaLegacy) {
+    spec.split_kv_b = false;
+    spec.q_lora_rank = 32;
+  } else if (p.mla == kMlaV3) {
+    spec.q_lora_rank = 32;
+    spec.expert_gating = 2;
+    spec.expert_bias = true;
+    spec.n_expert_group = 4;
+    spec.n_expert_group_used = 2;
+    spec.expert_weights_norm = true;
+    spec.expert_weights_scale = 2.5f;
+    spec.yarn_log_mul = p.rope == RopeVariant::kYarn ? 0.0707f : 0.0f;
+  }
   spec.llama3_rope_freqs = p.rope == RopeVariant::kLlama3;
   std::vector<std::pair<std::string, gguf::Value>> extra;
   switch (p.rope) {
@@ -465,7 +623,12 @@ void ExpectVariant(const RefConfig& c, const Case& p) {
     EXPECT_EQ(c.corr_high, 6.0);
   }
   const bool attn = yarn || v == RopeVariant::kLinearAttn || v == RopeVariant::kAttnOnly;
-  EXPECT_NEAR(c.attn_factor, attn ? 0.9 : 1.0, 1e-6);
+  // deepseek2 nets YaRN's magnitude out its own way (ReadRefConfig); the key still multiplies.
+  if (c.expect.moe && c.kv_lora > 0) {
+    EXPECT_EQ(c.kq_scale > 0, true);
+  } else {
+    EXPECT_NEAR(c.attn_factor, attn ? 0.9 : 1.0, 1e-6);
+  }
   EXPECT_EQ(c.rms_eps, p.rms_eps);
 }
 
@@ -557,7 +720,13 @@ INSTANTIATE_TEST_SUITE_P(
         // row reaches every later position through attention, which no tolerance on logits
         // describes. The expert products run the kernels every type's dense case checks above;
         // model_test checks the quantised expert path's batch invariance.
-        Case{"qwen3moe", DType::kF32, RopeVariant::kPlain, kEpsA}, Case{"qwen3moe", DType::kF16, RopeVariant::kYarn, kEpsB}),
+        Case{"qwen3moe", DType::kF32, RopeVariant::kPlain, kEpsA}, Case{"qwen3moe", DType::kF16, RopeVariant::kYarn, kEpsB},
+        // deepseek2 (multi-head latent attention, DeepSeek's mixture) in its three layouts, with
+        // YaRN and its log multiplier on the V3 one.
+        Case{"deepseek2", DType::kF32, RopeVariant::kPlain, kEpsA, kMlaLite},
+        Case{"deepseek2", DType::kF32, RopeVariant::kPlain, kEpsB, kMlaLegacy},
+        Case{"deepseek2", DType::kF32, RopeVariant::kYarn, kEpsA, kMlaV3},
+        Case{"deepseek2", DType::kF16, RopeVariant::kPlain, kEpsB, kMlaV3}),
     [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
 }  // namespace

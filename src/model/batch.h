@@ -2,6 +2,7 @@
 // (continuous batching), an optional attention mask among the rows, and which rows need logits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -53,8 +53,35 @@ struct MoeConfig {
   ExpertGating gating = ExpertGating::kSoftmax;
   bool norm_weights = true;
   float weights_scale = 0.0f;  // 0: no scaling
+  // DeepSeek: experts every token uses (one SwiGLU of n_shared * n_ff_exp, ffn_*_shexp), the first
+  // blocks dense (leading_dense_block_count), and group-limited routing: the experts fall into
+  // n_group groups, a token keeps the n_group_used groups whose two best experts score highest
+  // (selection scores: gating probabilities plus the per-layer exp_probs_b bias, where present)
+  // and chooses its experts among them.
+  int n_shared = 0;
+  int n_leading_dense = 0;
+  int n_group = 0;
+  int n_group_used = 0;
 
   bool enabled() const { return n_expert > 0; }
+  bool Layer(int il) const { return enabled() && il >= n_leading_dense; }  // block il is a mixture
+};
+
+// DeepSeek's multi-head latent attention (deepseek2): keys and values are rebuilt from one
+// kv_lora_rank latent per token, which is all the cache keeps, with rope_dim decoupled RoPE
+// dimensions shared by every head. The forward pass works in the latent space as llama.cpp's MLA
+// path does: each head's query is mapped into it (q_nope through attn_k_b), attention is a single
+// key/value head of kv_lora_rank + rope_dim, and each head's output leaves it through attn_v_b.
+struct MlaConfig {
+  int q_lora_rank = 0;   // 0: one attn_q projection (V2-Lite); else attn_q_a, its norm, attn_q_b
+  int kv_lora_rank = 0;  // 0: not MLA
+  int nope_dim = 0;      // per-head query/key dimensions without RoPE
+  int rope_dim = 0;      // per-head (query) and shared (key) RoPE dimensions
+  int v_dim = 0;         // per-head value dimensions after attn_v_b
+  bool split_kv_b = true;  // attn_k_b / attn_v_b; false: the older combined attn_kv_b
+  float kq_scale = 0.0f;   // llama.cpp's: mscale^2 / sqrt(nope_dim + rope_dim)
+
+  bool enabled() const { return kv_lora_rank > 0; }
 };
 
 struct ModelConfig {
@@ -74,6 +101,9 @@ struct ModelConfig {
   bool tied_embeddings = false;  // no output.weight: the LM head reuses token_embd
   RopeConfig rope;
   MoeConfig moe;
+  // With MLA, n_head_kv is 1, head_dim kv_lora_rank + rope_dim and head_dim_v kv_lora_rank: the
+  // shape of the latent cache (KvCache), as llama.cpp treats MLA as multi-query attention.
+  MlaConfig mla;
 
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }

@@ -122,6 +122,29 @@ Status ReadMoeHparams(const gguf::File& f, std::string_view arch_view, bool requ
   if (!(scale >= 0 && scale < 1e6))
     return InvalidArgument("model: {}: '{}' = {} is out of range", f.path(), key("expert_weights_scale"), scale);
   m.weights_scale = static_cast<float>(scale);
+  DSPARK_ASSIGN_OR_RETURN(int64_t shared, f.GetIntOr(key("expert_shared_count"), 0));
+  DSPARK_ASSIGN_OR_RETURN(int64_t leading, f.GetIntOr(key("leading_dense_block_count"), 0));
+  if (shared < 0 || shared > m.n_expert)
+    return InvalidArgument("model: {}: '{}' = {} is out of range (0..{})", f.path(), key("expert_shared_count"), shared,
+                           m.n_expert);
+  if (leading < 0 || leading > c.n_layer)
+    return InvalidArgument("model: {}: '{}' = {} is out of range (0..{} blocks)", f.path(),
+                           key("leading_dense_block_count"), leading, c.n_layer);
+  m.n_shared = static_cast<int>(shared);
+  m.n_leading_dense = static_cast<int>(leading);
+  DSPARK_ASSIGN_OR_RETURN(int64_t groups, f.GetIntOr(key("expert_group_count"), 0));
+  DSPARK_ASSIGN_OR_RETURN(int64_t groups_used, f.GetIntOr(key("expert_group_used_count"), 0));
+  if (groups > 1) {
+    // As llama.cpp checks them.
+    if (groups >= m.n_expert || m.n_expert % groups != 0 || groups_used <= 0 || groups_used >= groups)
+      return InvalidArgument("model: {}: {} expert groups of which {} used do not divide {} experts", f.path(), groups,
+                             groups_used, m.n_expert);
+    if (groups_used * (m.n_expert / groups) < m.n_expert_used)
+      return InvalidArgument("model: {}: {} of {} expert groups hold fewer than the {} experts used", f.path(),
+                             groups_used, groups, m.n_expert_used);
+    m.n_group = static_cast<int>(groups);
+    m.n_group_used = static_cast<int>(groups_used);
+  }
   // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid (0: the architecture's default).
   DSPARK_ASSIGN_OR_RETURN(int64_t gating, f.GetIntOr(key("expert_gating_func"), 1));
   if (gating == 0 || gating == 1) {

@@ -11,6 +11,7 @@
 
 #include "kernels/ops.h"
 #include "model/arch/arch.h"
+#include "model/mla.h"
 #include "model/moe.h"
 #include "util/log.h"
 
@@ -42,28 +43,39 @@ Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File>
     ModelWeights& w = m->weights_;
     std::vector<ops::WeightView> from_file;  // the file's rows of every matrix this replaces
     std::vector<ops::WeightView*> views = {&w.output};
-    for (LayerWeights& l : w.layers) {
-      if (m->packed_.PackFused({&l.wq, &l.wk, &l.wv}, &l.wqkv))
-        from_file.insert(from_file.end(), {l.wq, l.wk, l.wv});
+    // Packs gate and up as one matrix where it can, else each on its own.
+    auto gate_up = [&](ops::WeightView& gate, ops::WeightView& up, ops::WeightView& fused) {
+      if (m->packed_.PackFused({&gate, &up}, &fused))
+        from_file.insert(from_file.end(), {gate, up});
       else
+        views.insert(views.end(), {&gate, &up});
+    };
+    for (LayerWeights& l : w.layers) {
+      if (l.wkv_a.rows > 0) {  // MLA
+        for (ops::WeightView* v : {&l.wq, &l.wq_a, &l.wq_b, &l.wkv_a})
+          if (v->rows > 0) views.push_back(v);
+        for (auto* heads : {&l.wk_b, &l.wv_b})
+          for (ops::WeightView& v : *heads) views.push_back(&v);
+      } else if (m->packed_.PackFused({&l.wq, &l.wk, &l.wv}, &l.wqkv)) {
+        from_file.insert(from_file.end(), {l.wq, l.wk, l.wv});
+      } else {
         for (ops::WeightView* v : {&l.wq, &l.wk, &l.wv}) views.push_back(v);
+      }
       views.push_back(&l.wo);
+      if (l.gate_shexp.rows > 0) {
+        gate_up(l.gate_shexp, l.up_shexp, l.gate_up_shexp);
+        views.push_back(&l.down_shexp);
+      }
       if (!l.gate_exps.empty()) {
         views.push_back(&l.router);
         l.gate_up_exps.resize(l.gate_exps.size());
         for (size_t e = 0; e < l.gate_exps.size(); ++e) {
-          if (m->packed_.PackFused({&l.gate_exps[e], &l.up_exps[e]}, &l.gate_up_exps[e]))
-            from_file.insert(from_file.end(), {l.gate_exps[e], l.up_exps[e]});
-          else
-            views.insert(views.end(), {&l.gate_exps[e], &l.up_exps[e]});
+          gate_up(l.gate_exps[e], l.up_exps[e], l.gate_up_exps[e]);
           views.push_back(&l.down_exps[e]);
         }
         continue;
       }
-      if (m->packed_.PackFused({&l.w_gate, &l.w_up}, &l.w_gate_up))
-        from_file.insert(from_file.end(), {l.w_gate, l.w_up});
-      else
-        for (ops::WeightView* v : {&l.w_gate, &l.w_up}) views.push_back(v);
+      gate_up(l.w_gate, l.w_up, l.w_gate_up);
       views.push_back(&l.w_down);
     }
     for (const ops::WeightView* v : views) from_file.push_back(*v);
@@ -95,6 +107,10 @@ uint64_t Model::WeightBytesPerToken() const {
     // A token reads the router and its n_expert_used experts.
     if (!l.gate_exps.empty())
       total += bytes(l.router) + used * (bytes(l.gate_exps[0]) + bytes(l.up_exps[0]) + bytes(l.down_exps[0]));
+    total += bytes(l.gate_shexp) + bytes(l.up_shexp) + bytes(l.down_shexp);
+    total += bytes(l.wq_a) + bytes(l.wq_b) + bytes(l.wkv_a);
+    for (const auto* heads : {&l.wk_b, &l.wv_b})
+      for (const ops::WeightView& v : *heads) total += bytes(v);
   }
   return total;
 }
@@ -222,6 +238,37 @@ class PhaseClock {
   std::chrono::steady_clock::time_point last_;
 };
 
+// A SwiGLU feed-forward block of width n_ff on s.h, added to s.x: the dense FFN, or DeepSeek's
+// shared experts.
+void SwiGlu(const ops::WeightView& gate, const ops::WeightView& up, const ops::WeightView& down,
+            const ops::WeightView& gate_up, int n_ff, int n, int64_t d, Scratch& s, PhaseClock& clock, ThreadPool& pool) {
+  s.gate.resize(static_cast<size_t>(n) * n_ff);
+  s.up.resize(static_cast<size_t>(n) * n_ff);
+  s.fused.resize(std::max(s.fused.size(), static_cast<size_t>(n) * 2 * n_ff));
+  if (gate_up.rows > 0) {
+    ops::MatMul(gate_up, s.h.data(), n, s.fused.data(), pool);
+    clock.Mark(ForwardProfile::kGateUp);
+    // Up to 16 rows (decode, verification blocks) on the calling thread, as the q/k norm and
+    // rope phase: split over two threads, the hand-off and reading the other core's half of the
+    // gate/up output cost more than the work of so few rows.
+    pool.ParallelRange(n, 16, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        const float* gu = s.fused.data() + static_cast<size_t>(i) * 2 * n_ff;
+        ops::SiluMul(gu, gu + n_ff, n_ff, s.gate.data() + static_cast<size_t>(i) * n_ff);
+      }
+    });
+  } else {
+    ops::MatMul(gate, s.h.data(), n, s.gate.data(), pool);
+    ops::MatMul(up, s.h.data(), n, s.up.data(), pool);
+    clock.Mark(ForwardProfile::kGateUp);
+    ops::SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * n_ff, s.gate.data());
+  }
+  clock.Mark(ForwardProfile::kSwiglu);
+  ops::MatMul(down, s.gate.data(), n, s.tmp.data(), pool);
+  ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());
+  clock.Mark(ForwardProfile::kDown);
+}
+
 }  // namespace
 
 const char* ForwardProfile::Name(int phase) {
@@ -287,7 +334,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
   };
 
   const int group = c.n_head / c.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float scale = c.mla.enabled() ? c.mla.kq_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const std::vector<AttentionUnit> units = PlanAttention(batch, visible, prefix, group);
   clock.Mark(ForwardProfile::kSetup);
 
@@ -298,7 +345,10 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     // Attention block.
     RmsNormRows(s.x.data(), L.attn_norm, c.rms_eps, n, d, s.h.data(), pool);
     clock.Mark(ForwardProfile::kNorm);
-    if (L.wqkv.rows > 0) {
+    if (c.mla.enabled()) {
+      MlaQueries(c, L, *rope_, s.h.data(), n, s.cos_t.data(), s.sin_t.data(), il, batch, cell, cache, s.q.data(), pool);
+      clock.Mark(ForwardProfile::kQkv);
+    } else if (L.wqkv.rows > 0) {
       ops::MatMul(L.wqkv, s.h.data(), n, s.fused.data(), pool);
       ops::SplitColumns(s.fused.data(), n, {{c.q_dim(), s.q.data()}, {c.kv_dim(), s.k.data()}, {c.v_dim(), s.v.data()}});
     } else {
@@ -306,6 +356,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
       ops::MatMul(L.wk, s.h.data(), n, s.k.data(), pool);
       ops::MatMul(L.wv, s.h.data(), n, s.v.data(), pool);
     }
+    if (!c.mla.enabled()) {
     AddBias(L.bq, n, s.q.data());
     AddBias(L.bk, n, s.k.data());
     AddBias(L.bv, n, s.v.data());
@@ -329,6 +380,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
         cache.Write(il, seq, cell[i], k, s.v.data() + i * c.v_dim());
       }
     });
+    }
     clock.Mark(ForwardProfile::kRope);
 
     // One task per (K/V head, unit): the group's query heads are contiguous in q and in att. Tasks
@@ -350,40 +402,26 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
                      static_cast<int64_t>(c.n_head) * c.head_dim_v);
     });
     clock.Mark(ForwardProfile::kAttention);
-    ops::MatMul(L.wo, s.att.data(), n, s.tmp.data(), pool);
-    ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());
+    if (c.mla.enabled()) {
+      MlaOutput(c, L, s.att.data(), n, s.x.data(), pool);
+    } else {
+      ops::MatMul(L.wo, s.att.data(), n, s.tmp.data(), pool);
+      ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());
+    }
     clock.Mark(ForwardProfile::kAttnOut);
 
     // Feed-forward block (SwiGLU, or a mixture of SwiGLU experts).
     RmsNormRows(s.x.data(), L.ffn_norm, c.rms_eps, n, d, s.h.data(), pool);
     clock.Mark(ForwardProfile::kNorm);
-    if (c.moe.enabled()) {
+    if (c.moe.Layer(il)) {
       out.experts_read += MoeFfn(c.moe, L, s.h.data(), n, d, s.x.data(), pool);
+      if (c.moe.n_shared > 0)
+        SwiGlu(L.gate_shexp, L.up_shexp, L.down_shexp, L.gate_up_shexp, c.moe.n_shared * c.moe.n_ff_exp, n, d, s, clock,
+               pool);
       clock.Mark(ForwardProfile::kDown);
       continue;
     }
-    if (L.w_gate_up.rows > 0) {
-      ops::MatMul(L.w_gate_up, s.h.data(), n, s.fused.data(), pool);
-      clock.Mark(ForwardProfile::kGateUp);
-      // Up to 16 rows (decode, verification blocks) on the calling thread, as the q/k norm and
-      // rope phase: split over two threads, the hand-off and reading the other core's half of the
-      // gate/up output cost more than the work of so few rows.
-      pool.ParallelRange(n, 16, [&](int64_t b, int64_t e, int) {
-        for (int64_t i = b; i < e; ++i) {
-          const float* gu = s.fused.data() + static_cast<size_t>(i) * 2 * c.n_ff;
-          ops::SiluMul(gu, gu + c.n_ff, c.n_ff, s.gate.data() + static_cast<size_t>(i) * c.n_ff);
-        }
-      });
-    } else {
-      ops::MatMul(L.w_gate, s.h.data(), n, s.gate.data(), pool);
-      ops::MatMul(L.w_up, s.h.data(), n, s.up.data(), pool);
-      clock.Mark(ForwardProfile::kGateUp);
-      ops::SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * c.n_ff, s.gate.data());
-    }
-    clock.Mark(ForwardProfile::kSwiglu);
-    ops::MatMul(L.w_down, s.gate.data(), n, s.tmp.data(), pool);
-    ops::Add(s.tmp.data(), static_cast<int64_t>(n) * d, s.x.data());
-    clock.Mark(ForwardProfile::kDown);
+    SwiGlu(L.w_gate, L.w_up, L.w_down, L.w_gate_up, c.n_ff, n, d, s, clock, pool);
   }
   tap(c.n_layer);
 

@@ -9,10 +9,16 @@
 
 namespace dspark {
 
-void RouteExperts(const MoeConfig& moe, const float* logits, int n, int32_t* ids, float* weights) {
+void RouteExperts(const MoeConfig& moe, const float* logits, int n, int32_t* ids, float* weights, const float* bias) {
   const int n_expert = moe.n_expert, k = moe.n_expert_used;
-  std::vector<float> probs(n_expert);
+  std::vector<float> probs(n_expert), score(n_expert);
   std::vector<int32_t> order(n_expert);
+  const int groups = moe.n_group > 1 ? moe.n_group : 0, per_group = groups > 0 ? n_expert / groups : 0;
+  std::vector<float> group_score(groups);
+  std::vector<int32_t> group_order(groups);
+  const auto better = [](const std::vector<float>& v) {
+    return [&v](int32_t a, int32_t b) { return v[a] != v[b] ? v[a] > v[b] : a < b; };
+  };
   for (int i = 0; i < n; ++i) {
     const float* l = logits + static_cast<size_t>(i) * n_expert;
     if (moe.gating == ExpertGating::kSoftmax) {
@@ -21,10 +27,29 @@ void RouteExperts(const MoeConfig& moe, const float* logits, int n, int32_t* ids
     } else {
       for (int e = 0; e < n_expert; ++e) probs[e] = 1.0f / (1.0f + std::exp(-l[e]));
     }
+    for (int e = 0; e < n_expert; ++e) score[e] = bias != nullptr ? probs[e] + bias[e] : probs[e];
+    if (groups > 0) {
+      // Each group scores the sum of its two best experts; the experts of all but the best
+      // n_group_used groups are out of the running.
+      for (int g = 0; g < groups; ++g) {
+        const float* sc = score.data() + g * per_group;
+        float first = -INFINITY, second = -INFINITY;
+        for (int e = 0; e < per_group; ++e) {
+          if (sc[e] > first) second = first, first = sc[e];
+          else if (sc[e] > second) second = sc[e];
+        }
+        group_score[g] = per_group > 1 ? first + second : first;
+      }
+      std::iota(group_order.begin(), group_order.end(), 0);
+      std::partial_sort(group_order.begin(), group_order.begin() + moe.n_group_used, group_order.end(),
+                        better(group_score));
+      std::vector<bool> kept(groups, false);
+      for (int g = 0; g < moe.n_group_used; ++g) kept[group_order[g]] = true;
+      for (int e = 0; e < n_expert; ++e)
+        if (!kept[e / per_group]) score[e] = -INFINITY;
+    }
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return probs[a] != probs[b] ? probs[a] > probs[b] : a < b;
-    });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), better(score));
     int32_t* row_ids = ids + static_cast<size_t>(i) * k;
     float* w = weights + static_cast<size_t>(i) * k;
     float sum = 0.0f;
@@ -59,7 +84,8 @@ int MoeFfn(const MoeConfig& moe, const LayerWeights& L, const float* h, int n, i
   ops::MatMul(L.router, h, n, s.logits.data(), pool);
   s.ids.resize(static_cast<size_t>(n) * k);
   s.weights.resize(s.ids.size());
-  RouteExperts(moe, s.logits.data(), n, s.ids.data(), s.weights.data());
+  RouteExperts(moe, s.logits.data(), n, s.ids.data(), s.weights.data(),
+               L.exp_probs_b.empty() ? nullptr : L.exp_probs_b.data());
 
   // The (row, choice) slots of each expert, expert by expert (a counting sort).
   s.first.assign(n_expert + 1, 0);

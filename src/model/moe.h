@@ -12,10 +12,13 @@ namespace dspark {
 
 // Chooses each row's experts from its router logits [n, n_expert]: ids[i * k + j] is row i's j-th
 // choice (best first; ties to the lower index) and weights[i * k + j] its weight, k =
-// n_expert_used. As llama.cpp's build_moe_ffn: gating probabilities (softmax or sigmoid), the k
-// most probable, their probabilities normalised to sum 1 (norm_weights) and scaled
+// n_expert_used. As llama.cpp's build_moe_ffn: gating probabilities (softmax or sigmoid); the
+// selection scores, those plus `bias` [n_expert] where given; with expert groups only the experts
+// of the n_group_used groups whose two best scores sum highest; the k best scores; their
+// probabilities (without the bias) as weights, normalised to sum 1 (norm_weights) and scaled
 // (weights_scale, when not 0).
-void RouteExperts(const MoeConfig& moe, const float* logits, int n, int32_t* ids, float* weights);
+void RouteExperts(const MoeConfig& moe, const float* logits, int n, int32_t* ids, float* weights,
+                  const float* bias = nullptr);
 
 // Adds the block's output for n rows of normed activations h [n, n_embd] to the residual stream x.
 // Rows are grouped by expert: each chosen expert's matrices are read once for all the rows that

@@ -25,6 +25,24 @@ std::optional<SynthSpec> SynthShape(const std::string& name) {
     s.arch = "llama"; s.n_vocab = 128256; s.n_embd = 2048; s.n_layer = 16; s.n_head = 32; s.n_head_kv = 8;
     s.head_dim = 64; s.n_ff = 8192; s.n_ctx = 131072; s.rope_base = 500000.0f; s.tied_embeddings = true;
     s.llama3_rope_freqs = true; s.rms_eps = 1e-5f;
+  } else if (name == "deepseek-v2-lite") {
+    // DeepSeek-V2-Lite's config: 27 blocks, the first dense, 64 routed experts (6 used) and 2
+    // shared, softmax gating, weight scale 1, no query LoRA, YaRN x40 over a 4,096-token original.
+    s.arch = "deepseek2"; s.n_vocab = 102400; s.n_embd = 2048; s.n_layer = 27; s.n_head = 16; s.n_head_kv = 16;
+    s.n_ff = 10944; s.n_ctx = 163840; s.rope_base = 10000.0f; s.tied_embeddings = false; s.rms_eps = 1e-6f;
+    s.n_expert = 64; s.n_expert_used = 6; s.n_ff_exp = 1408; s.n_expert_shared = 2; s.n_leading_dense = 1;
+    s.expert_weights_norm = false; s.expert_weights_scale = 1.0f;
+    s.kv_lora_rank = 512; s.qk_nope_dim = 128; s.qk_rope_dim = 64; s.v_head_dim = 128;
+    s.rope_scaling = "yarn"; s.rope_scaling_factor = 40.0f; s.yarn_log_mul = 0.0707f;
+  } else if (name == "deepseek-v3-mini") {
+    // DeepSeek-V3's design at a small size: query LoRA, sigmoid gating with the selection bias,
+    // 8 groups of 8 experts of which 4 groups are used, normalised weights scaled by 2.5.
+    s.arch = "deepseek2"; s.n_vocab = 32000; s.n_embd = 1024; s.n_layer = 12; s.n_head = 8; s.n_head_kv = 8;
+    s.n_ff = 4096; s.n_ctx = 16384; s.rope_base = 10000.0f; s.tied_embeddings = false; s.rms_eps = 1e-6f;
+    s.n_expert = 64; s.n_expert_used = 8; s.n_ff_exp = 512; s.n_expert_shared = 1; s.n_leading_dense = 1;
+    s.expert_gating = 2; s.expert_bias = true; s.n_expert_group = 8; s.n_expert_group_used = 4;
+    s.expert_weights_norm = true; s.expert_weights_scale = 2.5f;
+    s.q_lora_rank = 384; s.kv_lora_rank = 256; s.qk_nope_dim = 64; s.qk_rope_dim = 32; s.v_head_dim = 64;
   } else if (name == "qwen3-30b-a3b") {
     s.arch = "qwen3moe"; s.n_vocab = 151936; s.n_embd = 2048; s.n_layer = 48; s.n_head = 32; s.n_head_kv = 4;
     s.head_dim = 128; s.n_ff = 6144; s.n_ctx = 40960; s.rope_base = 1000000.0f; s.tied_embeddings = false;
@@ -35,7 +53,8 @@ std::optional<SynthSpec> SynthShape(const std::string& name) {
   return s;
 }
 
-std::vector<std::string> SynthShapeNames() { return {"qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b", "qwen3-30b-a3b"}; }
+std::vector<std::string> SynthShapeNames() { return {"qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b", "qwen3-30b-a3b", "deepseek-v2-lite", "deepseek-v3-mini"};
+}
 
 namespace {
 
@@ -92,6 +111,64 @@ void AddToyVocab(gguf::Writer& w, int n_vocab) {
   w.SetU32("tokenizer.ggml.eos_token_id", 2);
 }
 
+namespace {
+
+// deepseek2's keys beyond the dense ones: MLA sizes, the DeepSeek mixture, YaRN's log multiplier.
+void WriteDeepseekKeys(const SynthSpec& spec, gguf::Writer& w) {
+  const std::string a = spec.arch;
+  w.SetU32(a + ".attention.kv_lora_rank", spec.kv_lora_rank);
+  if (spec.q_lora_rank > 0) w.SetU32(a + ".attention.q_lora_rank", spec.q_lora_rank);
+  w.SetU32(a + ".rope.dimension_count", spec.qk_rope_dim);
+  if (spec.split_kv_b) {
+    // As llama.cpp's converter writes split files: key/value_length describe the latent cache.
+    w.SetU32(a + ".attention.key_length", spec.kv_lora_rank + spec.qk_rope_dim);
+    w.SetU32(a + ".attention.value_length", spec.kv_lora_rank);
+    w.SetU32(a + ".attention.key_length_mla", spec.qk_nope_dim + spec.qk_rope_dim);
+    w.SetU32(a + ".attention.value_length_mla", spec.v_head_dim);
+  } else {
+    w.SetU32(a + ".attention.key_length", spec.qk_nope_dim + spec.qk_rope_dim);
+    w.SetU32(a + ".attention.value_length", spec.v_head_dim);
+  }
+  w.SetU32(a + ".expert_shared_count", spec.n_expert_shared);
+  w.SetU32(a + ".leading_dense_block_count", spec.n_leading_dense);
+  w.SetU32(a + ".expert_gating_func", spec.expert_gating);
+  w.Set(a + ".expert_weights_norm", gguf::Value::Bool(spec.expert_weights_norm));
+  w.SetF32(a + ".expert_weights_scale", spec.expert_weights_scale);
+  if (spec.n_expert_group > 1) {
+    w.SetU32(a + ".expert_group_count", spec.n_expert_group);
+    w.SetU32(a + ".expert_group_used_count", spec.n_expert_group_used);
+  }
+  if (spec.yarn_log_mul != 0.0f) w.SetF32(a + ".rope.scaling.yarn_log_multiplier", spec.yarn_log_mul);
+}
+
+// One block's MLA tensors, as llama.cpp's converter names and shapes them.
+template <typename TensorFn, typename VecFn>
+Status WriteMlaTensors(const SynthSpec& spec, int il, TensorFn& tensor, VecFn& vec) {
+  auto n = [il](const char* part) { return fmt::format("blk.{}.{}", il, part); };
+  const DType t = spec.matrix_type;
+  const float g = spec.weight_gain;
+  const int64_t q_rows = int64_t{spec.n_head} * (spec.qk_nope_dim + spec.qk_rope_dim);
+  if (spec.q_lora_rank > 0) {
+    DSPARK_TRY(tensor(n("attn_q_a.weight"), t, spec.n_embd, spec.q_lora_rank, 1, g));
+    DSPARK_TRY(vec(n("attn_q_a_norm.weight"), spec.q_lora_rank, 1.0f, 0.1f));
+    DSPARK_TRY(tensor(n("attn_q_b.weight"), t, spec.q_lora_rank, q_rows, 1, g));
+  } else {
+    DSPARK_TRY(tensor(n("attn_q.weight"), t, spec.n_embd, q_rows, 1, g));
+  }
+  DSPARK_TRY(tensor(n("attn_kv_a_mqa.weight"), t, spec.n_embd, spec.kv_lora_rank + spec.qk_rope_dim, 1, g));
+  DSPARK_TRY(vec(n("attn_kv_a_norm.weight"), spec.kv_lora_rank, 1.0f, 0.1f));
+  if (spec.split_kv_b) {
+    DSPARK_TRY(tensor(n("attn_k_b.weight"), t, spec.qk_nope_dim, spec.kv_lora_rank, spec.n_head, g));
+    DSPARK_TRY(tensor(n("attn_v_b.weight"), t, spec.kv_lora_rank, spec.v_head_dim, spec.n_head, g));
+  } else {
+    DSPARK_TRY(tensor(n("attn_kv_b.weight"), t, spec.kv_lora_rank,
+                      int64_t{spec.n_head} * (spec.qk_nope_dim + spec.v_head_dim), 1, g));
+  }
+  return tensor(n("attn_output.weight"), t, int64_t{spec.n_head} * spec.v_head_dim, spec.n_embd, 1, g);
+}
+
+}  // namespace
+
 Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const std::string& path,
                        const std::function<void(uint64_t, uint64_t)>& progress) {
   SynthSpec spec = spec_in;
@@ -110,6 +187,13 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   const ArchDescriptor* arch = FindArch(spec.arch);
   if (arch == nullptr) return InvalidArgument("synth: unknown architecture '{}'", spec.arch);
   const bool moe = spec.n_expert > 0;
+  if (spec.kv_lora_rank > 0 &&
+      (spec.q_lora_rank % block || spec.kv_lora_rank % block || spec.qk_nope_dim % block ||
+       (spec.n_head * spec.v_head_dim) % block || (spec.n_expert_shared * spec.n_ff_exp) % block))
+    return InvalidArgument("synth: the MLA sizes must be multiples of the {} block size {}", DTypeName(spec.matrix_type),
+                           block);
+  if ((spec.arch == "deepseek2") != (spec.kv_lora_rank > 0))
+    return InvalidArgument("synth: multi-head latent attention (kv_lora_rank > 0) is deepseek2's, and deepseek2's only");
   if (arch->traits.experts && !moe) return InvalidArgument("synth: {} needs n_expert > 0", spec.arch);
   if (moe && (spec.n_expert_used <= 0 || spec.n_expert_used > spec.n_expert || spec.n_ff_exp <= 0))
     return InvalidArgument("synth: {} experts with {} used and width {} is not a mixture of experts", spec.n_expert,
@@ -133,6 +217,8 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
     w.SetU32(a + ".expert_used_count", spec.n_expert_used);
     w.SetU32(a + ".expert_feed_forward_length", spec.n_ff_exp);
   }
+  const bool mla = spec.kv_lora_rank > 0;
+  if (mla) WriteDeepseekKeys(spec, w);
   if (spec.rope_scaling != "none") {
     w.SetString(a + ".rope.scaling.type", spec.rope_scaling);
     w.SetF32(a + ".rope.scaling.factor", spec.rope_scaling_factor);
@@ -191,26 +277,38 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   for (int il = 0; il < spec.n_layer; ++il) {
     auto n = [il](const char* part) { return fmt::format("blk.{}.{}", il, part); };
     DSPARK_TRY(vec(n("attn_norm.weight"), spec.n_embd, 1.0f, 0.1f));
-    DSPARK_TRY(matrix(n("attn_q.weight"), spec.n_embd, q_dim, g));
-    DSPARK_TRY(matrix(n("attn_k.weight"), spec.n_embd, kv_dim, g));
-    DSPARK_TRY(matrix(n("attn_v.weight"), spec.n_embd, kv_dim, g));
-    DSPARK_TRY(matrix(n("attn_output.weight"), q_dim, spec.n_embd, g));
-    if (arch->traits.qkv_bias) {
-      DSPARK_TRY(vec(n("attn_q.bias"), q_dim, 0.0f, 0.1f));
-      DSPARK_TRY(vec(n("attn_k.bias"), kv_dim, 0.0f, 0.1f));
-      DSPARK_TRY(vec(n("attn_v.bias"), kv_dim, 0.0f, 0.1f));
-    }
-    if (arch->traits.qk_norm) {
-      DSPARK_TRY(vec(n("attn_q_norm.weight"), spec.head_dim, 1.0f, 0.1f));
-      DSPARK_TRY(vec(n("attn_k_norm.weight"), spec.head_dim, 1.0f, 0.1f));
-    }
     DSPARK_TRY(vec(n("ffn_norm.weight"), spec.n_embd, 1.0f, 0.1f));
-    if (moe) {
+    const bool dense_ffn = !moe || il < spec.n_leading_dense;
+    if (mla) {
+      DSPARK_TRY(WriteMlaTensors(spec, il, tensor, vec));
+    } else {
+      DSPARK_TRY(matrix(n("attn_q.weight"), spec.n_embd, q_dim, g));
+      DSPARK_TRY(matrix(n("attn_k.weight"), spec.n_embd, kv_dim, g));
+      DSPARK_TRY(matrix(n("attn_v.weight"), spec.n_embd, kv_dim, g));
+      DSPARK_TRY(matrix(n("attn_output.weight"), q_dim, spec.n_embd, g));
+      if (arch->traits.qkv_bias) {
+        DSPARK_TRY(vec(n("attn_q.bias"), q_dim, 0.0f, 0.1f));
+        DSPARK_TRY(vec(n("attn_k.bias"), kv_dim, 0.0f, 0.1f));
+        DSPARK_TRY(vec(n("attn_v.bias"), kv_dim, 0.0f, 0.1f));
+      }
+      if (arch->traits.qk_norm) {
+        DSPARK_TRY(vec(n("attn_q_norm.weight"), spec.head_dim, 1.0f, 0.1f));
+        DSPARK_TRY(vec(n("attn_k_norm.weight"), spec.head_dim, 1.0f, 0.1f));
+      }
+    }
+    if (moe && !dense_ffn) {
       const DType t = spec.matrix_type;
       DSPARK_TRY(tensor(n("ffn_gate_inp.weight"), DType::kF32, spec.n_embd, spec.n_expert, 1, spec.router_gain));
       DSPARK_TRY(tensor(n("ffn_gate_exps.weight"), t, spec.n_embd, spec.n_ff_exp, spec.n_expert, g));
       DSPARK_TRY(tensor(n("ffn_up_exps.weight"), t, spec.n_embd, spec.n_ff_exp, spec.n_expert, g));
       DSPARK_TRY(tensor(n("ffn_down_exps.weight"), t, spec.n_ff_exp, spec.n_embd, spec.n_expert, g));
+      if (spec.expert_bias) DSPARK_TRY(vec(n("exp_probs_b.bias"), spec.n_expert, 0.0f, 0.05f));
+      if (spec.n_expert_shared > 0) {
+        const int64_t width = int64_t{spec.n_expert_shared} * spec.n_ff_exp;
+        DSPARK_TRY(matrix(n("ffn_gate_shexp.weight"), spec.n_embd, width, g));
+        DSPARK_TRY(matrix(n("ffn_up_shexp.weight"), spec.n_embd, width, g));
+        DSPARK_TRY(matrix(n("ffn_down_shexp.weight"), width, spec.n_embd, g));
+      }
       continue;
     }
     DSPARK_TRY(matrix(n("ffn_gate.weight"), spec.n_embd, spec.n_ff, g));

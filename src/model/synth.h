@@ -16,7 +16,7 @@
 namespace dspark {
 
 struct SynthSpec {
-  std::string arch = "qwen3";  // llama, mistral, qwen2, qwen3, qwen3moe
+  std::string arch = "qwen3";  // llama, mistral, qwen2, qwen3, qwen3moe, deepseek2
   int n_vocab = 512;
   int n_embd = 64;
   int n_layer = 2;
@@ -31,6 +31,26 @@ struct SynthSpec {
   int n_ff_exp = 0;
   // Std of the router's weights relative to 1/sqrt(n_embd): larger values make routing decisive.
   float router_gain = 1.0f;
+  // DeepSeek's mixture (deepseek2): shared experts, leading dense blocks, gating (1 softmax, 2
+  // sigmoid), a selection bias per expert (exp_probs_b), expert groups, weight norm and scale.
+  int n_expert_shared = 0;
+  int n_leading_dense = 0;
+  int expert_gating = 1;
+  bool expert_bias = false;
+  int n_expert_group = 0;
+  int n_expert_group_used = 0;
+  bool expert_weights_norm = true;
+  float expert_weights_scale = 0.0f;
+  // Multi-head latent attention (deepseek2): q_lora_rank 0 = one attn_q; split_kv_b: attn_k_b /
+  // attn_v_b (else the older attn_kv_b). head_dim is unused; yarn_log_mul: the file's
+  // rope.scaling.yarn_log_multiplier (0: none).
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int qk_nope_dim = 0;
+  int qk_rope_dim = 0;
+  int v_head_dim = 0;
+  bool split_kv_b = true;
+  float yarn_log_mul = 0.0f;
   int n_ctx = 512;
   float rope_base = 10000.0f;
   float rms_eps = 1e-6f;
@@ -47,7 +67,9 @@ struct SynthSpec {
   float embedding_gain = 0.0f;
 };
 
-// Named real shapes for `dspark synth`: qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, qwen3-30b-a3b.
+// Named real shapes for `dspark synth`: qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, qwen3-30b-a3b,
+// deepseek-v2-lite, deepseek-v3-mini (a small V3-style model: q LoRA, sigmoid gating with the
+// selection bias, expert groups, weight scale).
 std::optional<SynthSpec> SynthShape(const std::string& name);
 std::vector<std::string> SynthShapeNames();
 

@@ -89,6 +89,12 @@ class Binder {
 
 }  // namespace
 
+namespace {
+Status BindAttention(Binder& b, const ModelConfig& c, int il, LayerWeights& l);
+Status BindMla(Binder& b, const ModelConfig& c, int il, LayerWeights& l, std::vector<std::vector<float>>& derived);
+Status BindFfn(Binder& b, const ModelConfig& c, int il, LayerWeights& l);
+}  // namespace
+
 Result<ModelWeights> BindDenseWeights(const gguf::File& file, const ModelConfig& c,
                                       std::vector<std::string>* unclaimed) {
   Binder b(file, c);
@@ -103,13 +109,36 @@ Result<ModelWeights> BindDenseWeights(const gguf::File& file, const ModelConfig&
   // rope_freqs is read into the config by the architecture; claim it here so it is not "unused".
   DSPARK_TRY(b.Find("rope_freqs.weight", {c.rope.n_rot / 2}, TensorRequirement::kOptional).status());
 
-  const auto bias_req = c.traits.qkv_bias ? TensorRequirement::kRequired : TensorRequirement::kOptional;
-  const auto norm_req = c.traits.qk_norm ? TensorRequirement::kRequired : TensorRequirement::kOptional;
   w.layers.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) {
     LayerWeights& l = w.layers[il];
     auto n = [il](const char* part) { return fmt::format("blk.{}.{}", il, part); };
     DSPARK_ASSIGN_OR_RETURN(l.attn_norm, b.Vector(n("attn_norm.weight"), c.n_embd));
+    DSPARK_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(n("ffn_norm.weight"), c.n_embd));
+    if (c.mla.enabled()) {
+      DSPARK_TRY(BindMla(b, c, il, l, w.derived));
+    } else {
+      DSPARK_TRY(BindAttention(b, c, il, l));
+    }
+    DSPARK_TRY(BindFfn(b, c, il, l));
+  }
+  b.ReportUnclaimed(unclaimed);
+  return w;
+}
+
+namespace {
+
+std::string TensorName(int il, const char* part) { return fmt::format("blk.{}.{}", il, part); }
+
+}  // namespace
+
+namespace {
+
+Status BindAttention(Binder& b, const ModelConfig& c, int il, LayerWeights& l) {
+  auto n = [il](const char* part) { return TensorName(il, part); };
+  const auto bias_req = c.traits.qkv_bias ? TensorRequirement::kRequired : TensorRequirement::kOptional;
+  const auto norm_req = c.traits.qk_norm ? TensorRequirement::kRequired : TensorRequirement::kOptional;
+  {
     DSPARK_ASSIGN_OR_RETURN(l.wq, b.Matrix(n("attn_q.weight"), c.n_embd, c.q_dim()));
     DSPARK_ASSIGN_OR_RETURN(l.wk, b.Matrix(n("attn_k.weight"), c.n_embd, c.kv_dim()));
     DSPARK_ASSIGN_OR_RETURN(l.wv, b.Matrix(n("attn_v.weight"), c.n_embd, c.v_dim()));
@@ -119,21 +148,72 @@ Result<ModelWeights> BindDenseWeights(const gguf::File& file, const ModelConfig&
     DSPARK_ASSIGN_OR_RETURN(l.bv, b.Vector(n("attn_v.bias"), c.v_dim(), bias_req));
     DSPARK_ASSIGN_OR_RETURN(l.q_norm, b.Vector(n("attn_q_norm.weight"), c.head_dim, norm_req));
     DSPARK_ASSIGN_OR_RETURN(l.k_norm, b.Vector(n("attn_k_norm.weight"), c.head_dim, norm_req));
-    DSPARK_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(n("ffn_norm.weight"), c.n_embd));
-    if (c.moe.enabled()) {
-      const MoeConfig& m = c.moe;
-      DSPARK_ASSIGN_OR_RETURN(l.router, b.Matrix(n("ffn_gate_inp.weight"), c.n_embd, m.n_expert));
-      DSPARK_ASSIGN_OR_RETURN(l.gate_exps, b.Experts(n("ffn_gate_exps.weight"), c.n_embd, m.n_ff_exp, m.n_expert));
-      DSPARK_ASSIGN_OR_RETURN(l.up_exps, b.Experts(n("ffn_up_exps.weight"), c.n_embd, m.n_ff_exp, m.n_expert));
-      DSPARK_ASSIGN_OR_RETURN(l.down_exps, b.Experts(n("ffn_down_exps.weight"), m.n_ff_exp, c.n_embd, m.n_expert));
-      continue;
+  }
+  return Status::Ok();
+}
+
+Status BindMla(Binder& b, const ModelConfig& c, int il, LayerWeights& l, std::vector<std::vector<float>>& derived) {
+  auto n = [il](const char* part) { return TensorName(il, part); };
+  const MlaConfig& m = c.mla;
+  const int64_t q_rows = int64_t{c.n_head} * (m.nope_dim + m.rope_dim);
+  if (m.q_lora_rank > 0) {
+    DSPARK_ASSIGN_OR_RETURN(l.wq_a, b.Matrix(n("attn_q_a.weight"), c.n_embd, m.q_lora_rank));
+    DSPARK_ASSIGN_OR_RETURN(l.q_a_norm, b.Vector(n("attn_q_a_norm.weight"), m.q_lora_rank));
+    DSPARK_ASSIGN_OR_RETURN(l.wq_b, b.Matrix(n("attn_q_b.weight"), m.q_lora_rank, q_rows));
+  } else {
+    DSPARK_ASSIGN_OR_RETURN(l.wq, b.Matrix(n("attn_q.weight"), c.n_embd, q_rows));
+  }
+  DSPARK_ASSIGN_OR_RETURN(l.wkv_a, b.Matrix(n("attn_kv_a_mqa.weight"), c.n_embd, m.kv_lora_rank + m.rope_dim));
+  DSPARK_ASSIGN_OR_RETURN(l.kv_a_norm, b.Vector(n("attn_kv_a_norm.weight"), m.kv_lora_rank));
+  DSPARK_ASSIGN_OR_RETURN(l.wo, b.Matrix(n("attn_output.weight"), int64_t{c.n_head} * m.v_dim, c.n_embd));
+  if (m.split_kv_b) {
+    DSPARK_ASSIGN_OR_RETURN(l.wk_b, b.Experts(n("attn_k_b.weight"), m.nope_dim, m.kv_lora_rank, c.n_head));
+    DSPARK_ASSIGN_OR_RETURN(l.wv_b, b.Experts(n("attn_v_b.weight"), m.kv_lora_rank, m.v_dim, c.n_head));
+    return Status::Ok();
+  }
+  // The older combined attn_kv_b: per head nope_dim key rows then v_dim value rows, each
+  // kv_lora_rank wide. The value rows are used as they are; the key rows are transposed once
+  // (F32), since the query is mapped through them the other way.
+  const int64_t per_head = m.nope_dim + m.v_dim;
+  DSPARK_ASSIGN_OR_RETURN(ops::WeightView kv_b, b.Matrix(n("attn_kv_b.weight"), m.kv_lora_rank, c.n_head * per_head));
+  const size_t row_bytes = RowBytes(kv_b.type, kv_b.cols);
+  const auto* rows = static_cast<const uint8_t*>(kv_b.data);
+  std::vector<float> row(m.kv_lora_rank);
+  for (int h = 0; h < c.n_head; ++h) {
+    const uint8_t* head = rows + static_cast<size_t>(h) * per_head * row_bytes;
+    l.wv_b.push_back(ops::WeightView{head + m.nope_dim * row_bytes, kv_b.type, m.v_dim, m.kv_lora_rank});
+    std::vector<float>& t = derived.emplace_back(static_cast<size_t>(m.kv_lora_rank) * m.nope_dim);
+    for (int i = 0; i < m.nope_dim; ++i) {
+      ops::DequantizeRow(kv_b.type, head + i * row_bytes, row.data(), m.kv_lora_rank);
+      for (int r = 0; r < m.kv_lora_rank; ++r) t[static_cast<size_t>(r) * m.nope_dim + i] = row[r];
     }
+    l.wk_b.push_back(ops::WeightView{t.data(), DType::kF32, m.kv_lora_rank, m.nope_dim});
+  }
+  return Status::Ok();
+}
+
+Status BindFfn(Binder& b, const ModelConfig& c, int il, LayerWeights& l) {
+  auto n = [il](const char* part) { return TensorName(il, part); };
+  if (!c.moe.Layer(il)) {
     DSPARK_ASSIGN_OR_RETURN(l.w_gate, b.Matrix(n("ffn_gate.weight"), c.n_embd, c.n_ff));
     DSPARK_ASSIGN_OR_RETURN(l.w_up, b.Matrix(n("ffn_up.weight"), c.n_embd, c.n_ff));
     DSPARK_ASSIGN_OR_RETURN(l.w_down, b.Matrix(n("ffn_down.weight"), c.n_ff, c.n_embd));
+    return Status::Ok();
   }
-  b.ReportUnclaimed(unclaimed);
-  return w;
+  const MoeConfig& m = c.moe;
+  DSPARK_ASSIGN_OR_RETURN(l.router, b.Matrix(n("ffn_gate_inp.weight"), c.n_embd, m.n_expert));
+  DSPARK_ASSIGN_OR_RETURN(l.gate_exps, b.Experts(n("ffn_gate_exps.weight"), c.n_embd, m.n_ff_exp, m.n_expert));
+  DSPARK_ASSIGN_OR_RETURN(l.up_exps, b.Experts(n("ffn_up_exps.weight"), c.n_embd, m.n_ff_exp, m.n_expert));
+  DSPARK_ASSIGN_OR_RETURN(l.down_exps, b.Experts(n("ffn_down_exps.weight"), m.n_ff_exp, c.n_embd, m.n_expert));
+  DSPARK_ASSIGN_OR_RETURN(l.exp_probs_b, b.Vector(n("exp_probs_b.bias"), m.n_expert, TensorRequirement::kOptional));
+  if (m.n_shared > 0) {
+    const int64_t width = int64_t{m.n_shared} * m.n_ff_exp;
+    DSPARK_ASSIGN_OR_RETURN(l.gate_shexp, b.Matrix(n("ffn_gate_shexp.weight"), c.n_embd, width));
+    DSPARK_ASSIGN_OR_RETURN(l.up_shexp, b.Matrix(n("ffn_up_shexp.weight"), c.n_embd, width));
+    DSPARK_ASSIGN_OR_RETURN(l.down_shexp, b.Matrix(n("ffn_down_shexp.weight"), width, c.n_embd));
+  }
+  return Status::Ok();
 }
 
+}  // namespace
 }  // namespace dspark

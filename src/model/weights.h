@@ -28,6 +28,17 @@ struct LayerWeights {
   // the 3-D ffn_{gate,up,down}_exps tensors; gate_up_exps as w_gate_up, per expert.
   ops::WeightView router;
   std::vector<ops::WeightView> gate_exps, up_exps, down_exps, gate_up_exps;
+  std::vector<float> exp_probs_b;  // [n_expert] selection bias (DeepSeek V3); empty if none
+  // Shared experts (config.moe.n_shared): one SwiGLU of n_shared * n_ff_exp every token runs.
+  ops::WeightView gate_shexp, up_shexp, down_shexp, gate_up_shexp;
+
+  // Multi-head latent attention (config.mla) instead of wq / wk / wv: the query (wq, or the
+  // LoRA wq_a, its norm and wq_b), the latent and shared RoPE key (wkv_a [kv_lora_rank + rope_dim,
+  // n_embd]) and the latent's norm, and per head wk_b [kv_lora_rank, nope_dim] (a query's non-RoPE
+  // part into the latent space) and wv_b [v_dim, kv_lora_rank] (its output back out).
+  ops::WeightView wq_a, wq_b, wkv_a;
+  std::vector<float> q_a_norm, kv_a_norm;
+  std::vector<ops::WeightView> wk_b, wv_b;
 };
 
 struct ModelWeights {
@@ -35,6 +46,9 @@ struct ModelWeights {
   std::vector<float> output_norm;
   ops::WeightView output;       // [n_vocab, n_embd]; == tok_embd when tied
   std::vector<LayerWeights> layers;
+  // Matrices the loader derives from the file's (MLA's wk_b from an older file's combined
+  // attn_kv_b, transposed), which views above point into.
+  std::vector<std::vector<float>> derived;
 };
 
 // How one tensor must look. Shapes use ggml order (innermost first).

@@ -1,5 +1,5 @@
 // The architecture registry: each supported `general.architecture` has one descriptor, defined in
-// its own file (llama.cc, qwen2.cc, qwen3.cc, qwen3moe.cc) and listed in registry.cc.
+// its own file (llama.cc, qwen2.cc, qwen3.cc, qwen3moe.cc, deepseek2.cc) and listed in registry.cc.
 #pragma once
 
 #include <string>
@@ -34,5 +34,6 @@ const ArchDescriptor& MistralArch();
 const ArchDescriptor& Qwen2Arch();
 const ArchDescriptor& Qwen3Arch();
 const ArchDescriptor& Qwen3MoeArch();
+const ArchDescriptor& Deepseek2Arch();
 
 }  // namespace dspark

@@ -4,7 +4,7 @@
 namespace dspark {
 
 namespace {
-const ArchDescriptor* const kArchs[] = {&LlamaArch(), &MistralArch(), &Qwen2Arch(), &Qwen3Arch(), &Qwen3MoeArch()};
+const ArchDescriptor* const kArchs[] = {&LlamaArch(), &MistralArch(), &Qwen2Arch(), &Qwen3Arch(), &Qwen3MoeArch(), &Deepseek2Arch()};
 }  // namespace
 
 const ArchDescriptor* FindArch(std::string_view name) {

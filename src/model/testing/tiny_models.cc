@@ -20,6 +20,23 @@ SynthSpec TinySpec(const std::string& arch, DType type, int n_vocab) {
   spec.tied_embeddings = arch != "qwen2";  // cover both LM-head layouts
   spec.llama3_rope_freqs = arch == "llama";
   spec.weight_gain = 1.5f;
+  if (arch == "deepseek2") {  // V2-Lite's layout at a tiny size: 3 blocks, the first dense
+    spec.n_head_kv = spec.n_head;
+    spec.n_layer = 3;
+    spec.kv_lora_rank = 32;
+    spec.qk_nope_dim = 32;
+    spec.qk_rope_dim = 16;
+    spec.v_head_dim = 32;
+    spec.n_expert = 8;
+    spec.n_expert_used = 2;
+    spec.n_ff_exp = 32;
+    spec.n_expert_shared = 1;
+    spec.n_leading_dense = 1;
+    spec.expert_weights_norm = false;
+    spec.expert_weights_scale = 1.0f;
+    spec.router_gain = 2.0f;
+    spec.llama3_rope_freqs = false;
+  }
   if (arch == "qwen3moe") {  // 8 experts, 2 per token: blocks of a few rows already read most
     spec.n_expert = 8;
     spec.n_expert_used = 2;
