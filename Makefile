@@ -38,7 +38,21 @@ DRAFTERS += $(Q8)/ref-dspark-q8_0.gguf
 SPEC2 ?= --spec-type draft-dspark -md $(Q8)/ref-dspark-q8_0.gguf --spec-ngram-first --spec-schedule cut --spec-draft-n-max 3
 endif
 
-.PHONY: all deps configure build drafters run test bench tsan clean
+# The memory-bound reference pair (README.md, "Memory-bound reference pair"): the bundled target
+# inflated to Qwen3-1.7B's size without changing what it predicts (tools/train: `inflate`), with the
+# DSpark drafter converted to match; the unchanged draft model serves it as it is. The F16 target
+# (3.2 GB) is only the quantiser's input: make deletes it after quantising (.INTERMEDIATE) and does
+# not remake it while the quantised files are newer than its sources. The quantised files depend on
+# the quantiser's sources, not on the binary, which relinks on any C++ change (minutes of
+# re-quantising for nothing).
+TRAIN_PYTHON ?= /usr/bin/python3
+INFLATE := PYTHONPATH=tools/train $(TRAIN_PYTHON) -m dspark_train inflate --shape 1.7b
+INFLATE_SRC := $(addprefix tools/train/dspark_train/,inflate.py gguf_reader.py gguf_writer.py)
+QUANTIZER_SRC := src/model/quantize.cc src/kernels/ref/quant_ref.cc
+BENCH_MODELS := $(addprefix $(Q8)/,ref-target-1.7b-Q4_K_M.gguf ref-target-1.7b-Q8_0.gguf \
+                  ref-dspark-1.7b-F16.gguf ref-dspark-1.7b-Q8_0.gguf)
+
+.PHONY: all deps configure build drafters run test bench bench-models tsan clean
 
 all: build
 
@@ -61,6 +75,28 @@ $(Q8)/%-q8_0.gguf: models/%.gguf $(DSPARK)
 $(Q8)/%-bf16.gguf: models/%.gguf $(DSPARK)
 	@mkdir -p $(Q8)
 	@$(DSPARK) quantize $< $@ BF16 2>&1 | tail -n 1
+
+# Needs only the engine binary (for `dspark quantize`), not the whole build.
+bench-models: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target dspark
+	@$(MAKE) -s --no-print-directory $(BENCH_MODELS)
+	@cd $(Q8) && sha256sum $(notdir $(BENCH_MODELS))
+
+$(Q8)/ref-target-1.7b-F16.gguf: models/ref-target.gguf $(INFLATE_SRC)
+	@$(INFLATE) --target $< --out $@
+
+# The drafter's map (width, taps) is the target's; inflate reads the target for it.
+$(Q8)/ref-dspark-1.7b-F16.gguf: models/ref-dspark.gguf models/ref-target.gguf $(INFLATE_SRC)
+	@$(INFLATE) --target models/ref-target.gguf --dspark $< --dspark-out $@
+
+# Written under a temporary name: an interrupted run leaves no file that looks up to date.
+$(Q8)/ref-%-1.7b-Q4_K_M.gguf: $(Q8)/ref-%-1.7b-F16.gguf $(QUANTIZER_SRC) | $(DSPARK)
+	@$(DSPARK) quantize $< $@.tmp Q4_K_M && mv $@.tmp $@
+
+$(Q8)/ref-%-1.7b-Q8_0.gguf: $(Q8)/ref-%-1.7b-F16.gguf $(QUANTIZER_SRC) | $(DSPARK)
+	@$(DSPARK) quantize $< $@.tmp Q8_0 && mv $@.tmp $@
+
+.INTERMEDIATE: $(Q8)/ref-target-1.7b-F16.gguf
 
 # Generates with the bundled reference models, speculatively and plain on the same prompt, and
 # prints both speeds, the speed-up, acceptance and whether the outputs are identical.

@@ -1,4 +1,5 @@
 // `dspark quantize IN OUT TYPE`: re-encodes a GGUF file's weight matrices (model/quantize.h).
+// TYPE is one type for every matrix (Q8_0, Q4_K, ...) or llama.cpp's Q4_K_M mixture.
 #include <cstdio>
 #include <cstring>
 
@@ -14,8 +15,8 @@ struct QuantizeFlags {
 };
 
 int RunQuantize(const QuantizeFlags& f) {
-  const auto target = DTypeFromName(f.type);
-  if (!target || !IsQuantizeTarget(*target))
+  const auto target = QuantizeTargetFromName(f.type);
+  if (!target)
     return Fail(InvalidArgument("quantize: unsupported target type '{}' ({})", f.type, QuantizeTargetNames()));
   ProgressBar bar("quantize");
   QuantizeReport report;

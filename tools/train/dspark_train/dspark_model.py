@@ -118,11 +118,13 @@ class DSpark(nn.Module):
         return self.conf_proj(torch.cat([h, e], dim=-1)).squeeze(-1)
 
     @torch.no_grad()
-    def draft(self, embd_weight, taps_ctx, anchor_token, n_pos, n_draft=None, temperature=0.0, gen=None):
+    def draft(self, embd_weight, taps_ctx, anchor_token, n_pos, n_draft=None, temperature=0.0, gen=None,
+              head_weight=None):
         """Inference for one sequence, as llama.cpp's driver does it: context = target taps of positions
         0..n_pos-1 [1, n_pos, L_t*E]; block [anchor, MASK...] at positions n_pos..; Markov chain over the
         block, greedy or (temperature > 0) each token sampled from softmax(z / temperature) with `gen`.
-        Returns (draft ids [n], confidences [n], biased logits [n, V])."""
+        The target's LM head is embd_weight (tied) unless head_weight [V, E] (the target's own
+        output.weight) is given. Returns (draft ids [n], confidences [n], biased logits [n, V])."""
         c = self.c
         nb = n_draft or c.block_size
         dev = embd_weight.device
@@ -131,7 +133,8 @@ class DSpark(nn.Module):
         g = self.context(taps_ctx)
         mask = torch.ones(1, nb, n_pos + nb, dtype=torch.bool, device=dev)
         h = self.backbone(emb, torch.arange(n_pos, n_pos + nb, device=dev), g, torch.arange(n_pos, device=dev), mask)[0]
-        base = F.linear(h, embd_weight.to(h.dtype)).float()
+        head = embd_weight if head_weight is None else head_weight
+        base = F.linear(h, head.to(h.dtype)).float()
         prev = anchor_token
         toks, confs, logits = [], [], []
         for i in range(nb):

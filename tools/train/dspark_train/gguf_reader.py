@@ -25,10 +25,13 @@ class GGUFFile:
         n_tensors, n_kv = self._read("<Q"), self._read("<Q")
         self.metadata = {}
         self.types = {}
+        self.array_types = {}  # key -> element type of an array value (to write it back as it was)
         for _ in range(n_kv):
             key = self._read_str()
             vtype = self._read("<I")
             self.types[key] = vtype
+            if vtype == _ARRAY:
+                (self.array_types[key],) = struct.unpack("<I", bytes(self.buf[self.pos:self.pos + 4]))
             self.metadata[key] = self._read_value(vtype)
         self.alignment = int(self.metadata.get("general.alignment", 32))
         infos = []

@@ -5,6 +5,7 @@ tensor data, each tensor's offset (relative to the data section) a multiple of t
 Dimensions are written innermost first (ggml `ne`), i.e. the reverse of a numpy shape, so a
 PyTorch Linear weight [out, in] is written row-major as it is, with ne = [in, out].
 """
+import hashlib
 import struct
 
 import numpy as np
@@ -37,7 +38,7 @@ def _value(vtype: int, v) -> bytes:
 class GGUFWriter:
     def __init__(self):
         self.kv = []        # (key, type, value, elem_type)
-        self.tensors = []   # (name, ndarray, ggml_type)
+        self.tensors = []   # (name, numpy shape, ggml_type, ndarray or a function returning one)
 
     # -- metadata; explicit types because llama.cpp checks them (e.g. uint32 vs int32) --
     def add(self, key: str, vtype: int, value):
@@ -57,9 +58,18 @@ class GGUFWriter:
 
     # -- tensors --
     def add_tensor(self, name: str, arr: np.ndarray, ggml_type: int):
+        arr = np.ascontiguousarray(arr, dtype=_GGML_NP[ggml_type])
+        self._add(name, arr.shape, ggml_type, arr)
+
+    def add_tensor_lazy(self, name: str, shape, ggml_type: int, produce):
+        """A tensor whose data produce() returns (any float dtype, numpy `shape`) while write() runs,
+        so a writer of a large model holds one tensor at a time, not the whole model."""
+        self._add(name, tuple(int(n) for n in shape), ggml_type, produce)
+
+    def _add(self, name, shape, ggml_type, source):
         assert len(name.encode()) < 64, "ggml tensor names are limited to 63 bytes"
         assert all(n != name for n, *_ in self.tensors), f"duplicate tensor {name}"
-        self.tensors.append((name, np.ascontiguousarray(arr, dtype=_GGML_NP[ggml_type]), ggml_type))
+        self.tensors.append((name, tuple(shape), ggml_type, source))
 
     def _header(self) -> bytes:
         out = [GGUF_MAGIC, struct.pack("<IQQ", GGUF_VERSION, len(self.tensors), len(self.kv))]
@@ -74,21 +84,38 @@ class GGUFWriter:
             else:
                 out.append(_value(vtype, value))
         offset = 0
-        for name, arr, gtype in self.tensors:
-            ne = list(reversed(arr.shape))
+        for name, shape, gtype, _ in self.tensors:
+            ne = list(reversed(shape))
             out.append(_str(name) + struct.pack("<I", len(ne)) + struct.pack(f"<{len(ne)}Q", *ne)
                        + struct.pack("<IQ", gtype, offset))
-            offset += _pad(arr.nbytes)
+            offset += _pad(_nbytes(shape, gtype))
         return b"".join(out)
 
-    def write(self, path):
+    def write(self, path, progress=None):
+        """Writes the file; progress(i, n, name) is called before each tensor's data. Returns the
+        file's sha256 (hex), computed from the bytes as they are written."""
+        digest = hashlib.sha256()
         header = self._header()
         with open(path, "wb") as f:
-            f.write(header)
-            f.write(b"\0" * (_pad(len(header)) - len(header)))
-            for _, arr, _ in self.tensors:
-                f.write(arr.tobytes())
-                f.write(b"\0" * (_pad(arr.nbytes) - arr.nbytes))
+            def put(b):
+                digest.update(b)
+                f.write(b)
+            put(header + b"\0" * (_pad(len(header)) - len(header)))
+            for i, (name, shape, gtype, source) in enumerate(self.tensors):
+                if progress is not None:
+                    progress(i, len(self.tensors), name)
+                arr = source() if callable(source) else source
+                arr = np.ascontiguousarray(arr, dtype=_GGML_NP[gtype])
+                if arr.shape != shape:
+                    raise ValueError(f"tensor {name}: produced shape {arr.shape}, declared {shape}")
+                put(arr.tobytes() + b"\0" * (_pad(arr.nbytes) - arr.nbytes))
+        if progress is not None:
+            progress(len(self.tensors), len(self.tensors), "")
+        return digest.hexdigest()
+
+
+def _nbytes(shape, ggml_type) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(_GGML_NP[ggml_type]).itemsize
 
 
 def _pad(n: int) -> int:

@@ -27,8 +27,10 @@ def _rope_neox(x, pos, base):
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
 
-def forward(gguf, ids, arch="qwen3"):
-    """Logits [T, n_vocab] for the token ids (positions 0..T-1), float64."""
+def forward(gguf, ids, arch="qwen3", taps=None):
+    """Logits [T, n_vocab] for the token ids (positions 0..T-1), float64. With taps (layer indices
+    0..n_layer), also the residual stream entering each of those layers, {il: [T, n_embd]}
+    (n_layer: the final pre-norm state): llama.cpp's t_layer_inp, what dflash.target_layers name."""
     f = gguf if isinstance(gguf, gguf_reader.GGUFFile) else gguf_reader.read(gguf)
     md, W = f.metadata, {k: np.asarray(v, dtype=np.float64) for k, v in f.tensors.items()}
     n_layer = md[f"{arch}.block_count"]
@@ -40,7 +42,10 @@ def forward(gguf, ids, arch="qwen3"):
     pos = np.arange(T, dtype=np.float64)
     x = W["token_embd.weight"][ids]  # numpy shape [n_vocab, n_embd] = ne [n_embd, n_vocab]
     mask = np.triu(np.full((T, T), -np.inf), 1)
+    tapped = {}
     for il in range(n_layer):
+        if taps is not None and il in taps:
+            tapped[il] = x.copy()
         p = f"blk.{il}."
         h = _rms(x, W[p + "attn_norm.weight"], eps)
         q = (h @ W[p + "attn_q.weight"].T).reshape(T, n_head, hd)  # Linear: y = x W^T, W [out, in]
@@ -58,9 +63,12 @@ def forward(gguf, ids, arch="qwen3"):
         h = _rms(x, W[p + "ffn_norm.weight"], eps)
         g, u = h @ W[p + "ffn_gate.weight"].T, h @ W[p + "ffn_up.weight"].T
         x = x + (g / (1 + np.exp(-g)) * u) @ W[p + "ffn_down.weight"].T
+    if taps is not None and n_layer in taps:
+        tapped[n_layer] = x.copy()
     x = _rms(x, W["output_norm.weight"], eps)
     out_w = W.get("output.weight", W["token_embd.weight"])  # tied when output.weight is absent
-    return x @ out_w.T
+    logits = x @ out_w.T
+    return logits if taps is None else (logits, tapped)
 
 
 def main(argv=None):

@@ -1,0 +1,360 @@
+"""Function-preserving inflation of a qwen3 target, and of its DSpark drafter, into a larger shape.
+
+The bundled target (8 blocks of width 384) runs from the CPU's cache, where a pass over several
+tokens costs nearly as much per token as a pass over one: unlike a real model, whose decoding is
+bound by streaming its weights. Inflated to a real model's size (`--shape 1.7b`: width 2304, 28
+blocks, 1.6 B parameters, Qwen3-1.7B's size and cost), every token streams gigabytes of weights,
+while the model still predicts what the small one does, so the bundled drafters keep their
+acceptance.
+
+Width x m, by tiling. Every width-like dimension (residual channels, attention heads, FFN neurons)
+is repeated m times, copy-major: [copy 0 | copy 1 | ...]. A matrix's rows are tiled where it
+produces such a dimension; its columns are tiled and divided by m where it consumes one. A copy of
+an output then sums m equal terms of (input / m): the original output, so every activation of the
+inflated model is the tiled original. RMSNorm of m copies of x has x's mean square, so with its
+weight tiled it gives the tiled original. Heads stay 64 wide and the per-head q/k norms are kept.
+GQA still pairs the right heads: with g = n_head / n_head_kv, q head c*n_head + i (copy c of head i)
+reads kv head (c*n_head + i) // g = c*n_head_kv + i // g, copy c of its original kv head. The tied
+embedding is untied: token_embd is tiled (a producer of residual channels, not divided) and
+output.weight = token_embd tiled / m (a consumer). The F16 rounding of w / m is the only change
+to the function (relative 2^-11 at most, none for m a power of two).
+
+Depth, by identity blocks. The original blocks sit spread evenly among the new ones (8 -> 28 at
+0, 4, 8, 12, 15, 19, 23, 27); every other block adds zero to the residual stream: its attention
+output and FFN down projections are zero, while q/k/v and gate/up are random, N(0, 1/fan_in) from
+a fixed seed, so that the block costs what a real one does (quantisation keeps zeros exact).
+
+The DSpark drafter (llama.cpp `dflash` layout) is as wide as its target (it embeds tokens with the
+target's table and reads out through the target's head), so it is tiled with the same map: fc's
+columns per tapped layer, conf_proj's hidden part, its blocks as the target's. Its taps move to the
+new index of the same original layer's output. It then drafts, for the inflated target, what it
+drafted for the small one. The Markov head (indexed by token ids) is unchanged.
+
+The output is F16 (F32 vectors), deterministic: the same inputs and arguments give the same bytes.
+
+    /usr/bin/python3 -m dspark_train inflate --shape 1.7b --out build/models/ref-target-1.7b-F16.gguf \\
+        --dspark models/ref-dspark.gguf --dspark-out build/models/ref-dspark-1.7b-F16.gguf
+"""
+import argparse
+import hashlib
+import math
+import os
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from . import gguf_reader
+from . import gguf_writer as gw
+from .paths import DSPARK_GGUF, TARGET_GGUF
+
+# name -> (width multiplier, blocks). 1.7b: 2304 wide (36/12 heads of 64, FFN 6144), 28 blocks:
+# 1.60 B parameters, Qwen3-1.7B's weight bytes per token (its 151k vocabulary aside).
+SHAPES = {"1.7b": (6, 28)}
+SEED = 1729
+
+# Per-block tensors, by suffix. Vectors over residual channels or heads are tiled; the per-head
+# q/k norms (over head_dim) and per-tensor scales are kept.
+_TILED_VECTORS = {"attn_norm.weight", "ffn_norm.weight", "attn_sinks.weight"}
+_KEPT_VECTORS = {"attn_q_norm.weight", "attn_k_norm.weight"}
+# Every block matrix maps tiled dimensions to tiled dimensions: rows tiled, columns tiled / m.
+_MATRICES = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+             "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}
+# An identity block writes nothing into the residual stream.
+_ZERO_IN_IDENTITY = {"attn_output.weight", "ffn_down.weight"}
+
+
+def block_positions(n_src: int, n_dst: int) -> list:
+    """New index of each original block: spread evenly, first and last kept at the ends."""
+    if n_dst < n_src:
+        raise ValueError(f"--blocks {n_dst} is fewer than the model's {n_src} blocks")
+    if n_src == 1:
+        return [0]
+    return [int(math.floor(i * (n_dst - 1) / (n_src - 1) + 0.5)) for i in range(n_src)]
+
+
+def tap_index(t: int, pos: list) -> int:
+    """dflash.target_layers value t (the stream entering original layer t = original layer t-1's
+    output; 0 = the embeddings) for the inflated target: the same original layer's output."""
+    return 0 if t == 0 else pos[t - 1] + 1
+
+
+# -- the channel map: numpy shapes are [out, in] (a Linear weight; ne = [in, out]) --
+
+def tile_vector(v, m):
+    return np.tile(np.asarray(v), m)
+
+
+def tile_matrix(w, m, rows=True, cols=True):
+    """Rows tiled (a producer of a tiled dimension), columns tiled / m (a consumer of one). The
+    division is done once, in float64, before tiling: every copy holds the same rounded value."""
+    a = np.asarray(w, dtype=np.float64)
+    if cols:
+        a = np.tile(a / m, (1, m))
+    if rows:
+        a = np.tile(a, (m, 1))
+    return a
+
+
+def tile_fc(w, m, n_taps):
+    """fc [E, L*E] reads the concatenated taps [h_1 | ... | h_L]; each tap block is tiled / m."""
+    e = w.shape[0]
+    a = np.asarray(w, dtype=np.float64).reshape(e, n_taps, 1, -1) / m
+    a = np.broadcast_to(a, (e, n_taps, m, a.shape[-1])).reshape(e, -1)
+    return np.tile(a, (m, 1))
+
+
+def tile_conf(w, m, n_embd):
+    """conf_proj [1, E + R] reads [hidden ; Markov embedding]: the hidden part tiled / m."""
+    a = np.asarray(w, dtype=np.float64)
+    return np.concatenate([np.tile(a[:, :n_embd] / m, (1, m)), a[:, n_embd:]], axis=1)
+
+
+def identity_tensor(suffix, shape, seed, block):
+    if suffix in _ZERO_IN_IDENTITY:
+        return np.zeros(shape, dtype=np.float16)
+    if suffix in _MATRICES:
+        # One stream per (seed, block, tensor): a tensor's values do not depend on the others.
+        ss = np.random.SeedSequence([seed, block, zlib.crc32(suffix.encode())])
+        rng = np.random.Generator(np.random.PCG64(ss))
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(1.0 / math.sqrt(shape[1]))
+    if suffix in _TILED_VECTORS or suffix in _KEPT_VECTORS:
+        return np.ones(shape, dtype=np.float32)
+    raise ValueError(f"no identity value for a block tensor '{suffix}'")
+
+
+# -- files --
+
+def _split_block(name):
+    """('blk', il, suffix) for blk.N.suffix, else (None, None, name)."""
+    if name.startswith("blk."):
+        _, il, suffix = name.split(".", 2)
+        return "blk", int(il), suffix
+    return None, None, name
+
+
+def _copy_metadata(w, f, replace, add):
+    """Every key of f in its order and type, with the values in `replace` ({key: value}); then the
+    keys in `add` ({key: (gguf type, value)}, arrays as (ARRAY, (element type, values)))."""
+    for key, value in f.metadata.items():
+        value = replace.get(key, value)
+        if f.types[key] == gw.ARRAY:
+            w.add_array(key, f.array_types[key], value)
+        else:
+            w.add(key, f.types[key], value)
+    missing = set(replace) - set(f.metadata)
+    if missing:
+        raise ValueError(f"{f.path}: no metadata key {sorted(missing)}")
+    for key, (vtype, value) in add.items():
+        if vtype == gw.ARRAY:
+            w.add_array(key, *value)
+        else:
+            w.add(key, vtype, value)
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 24), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class _Bar:
+    """One progress line on stderr, redrawn when it grows (a few dozen writes, also in a log file)."""
+
+    def __init__(self, label):
+        self.label, self.shown = label, -1
+
+    def __call__(self, i, n, name):
+        filled = 30 * i // max(1, n)
+        if filled == self.shown and i != n:
+            return
+        self.shown = filled
+        print(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {i}/{n} tensors {name[:28]:<28}",
+              end="\n" if i == n else "", file=sys.stderr, flush=True)
+
+
+def _write(w, out, label):
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    digest = w.write(tmp, progress=_Bar(label))
+    os.replace(tmp, out)
+    return digest
+
+
+def target_writer(f, m, n_blocks, seed, name, source_sha256):
+    """(GGUFWriter of the inflated qwen3 target, block positions)."""
+    md = f.metadata
+    arch = md.get("general.architecture")
+    if arch != "qwen3":
+        raise ValueError(f"{f.path}: architecture {arch!r}; inflate reads qwen3 targets")
+    n_src = md["qwen3.block_count"]
+    n_head, n_head_kv = md["qwen3.attention.head_count"], md["qwen3.attention.head_count_kv"]
+    if n_head % n_head_kv:
+        raise ValueError(f"{f.path}: n_head {n_head} is not a multiple of n_head_kv {n_head_kv}")
+    pos = block_positions(n_src, n_blocks)
+    src_of = {p: i for i, p in enumerate(pos)}
+
+    w = gw.GGUFWriter()
+    _copy_metadata(w, f, {
+        "general.name": name,
+        "qwen3.block_count": n_blocks,
+        "qwen3.embedding_length": md["qwen3.embedding_length"] * m,
+        "qwen3.feed_forward_length": md["qwen3.feed_forward_length"] * m,
+        "qwen3.attention.head_count": n_head * m,
+        "qwen3.attention.head_count_kv": n_head_kv * m,
+    }, {
+        "dspark.inflate.source_sha256": (gw.STRING, source_sha256),
+        "dspark.inflate.width_mult": (gw.UINT32, m),
+        "dspark.inflate.seed": (gw.UINT64, seed),
+        "dspark.inflate.source_blocks": (gw.ARRAY, (gw.INT32, pos)),  # new index of original block i
+    })
+    T, info = f.tensors, f.tensor_info
+    unknown = [n for n in T if not n.startswith("blk.") and n not in ("token_embd.weight", "output_norm.weight",
+                                                                      "output.weight")]
+    if unknown:
+        raise ValueError(f"{f.path}: no inflation rule for tensor(s) {unknown}")
+    suffixes = [s for kind, il, s in map(_split_block, T) if kind and il == 0]
+
+    def add(name, src_name, shape, produce):
+        w.add_tensor_lazy(name, shape, info[src_name][1], produce)
+
+    # In llama.cpp's converter's order: embedding, blocks, final norm, head.
+    emb = T["token_embd.weight"]
+    add("token_embd.weight", "token_embd.weight", (emb.shape[0], emb.shape[1] * m),
+        lambda: np.tile(np.asarray(emb), (1, m)))  # a producer of residual channels: not divided
+    for j in range(n_blocks):
+        for s in suffixes:
+            src = f"blk.{src_of.get(j, 0)}.{s}"  # an identity block takes block 0's shapes and types
+            shape = _inflated_block_shape(s, T[src].shape, m)
+            if j in src_of:
+                add(f"blk.{j}.{s}", src, shape, lambda src=src, s=s: _inflate_block_tensor(s, T[src], m))
+            else:
+                add(f"blk.{j}.{s}", src, shape, lambda s=s, shape=shape, j=j: identity_tensor(s, shape, seed, j))
+    norm = T["output_norm.weight"]
+    add("output_norm.weight", "output_norm.weight", (norm.shape[0] * m,), lambda: tile_vector(norm, m))
+    # The LM head consumes residual channels: tiled / m; from the embedding when it was tied.
+    head = T["output.weight"] if "output.weight" in T else emb
+    w.add_tensor_lazy("output.weight", (head.shape[0], head.shape[1] * m), gw.GGML_F16,
+                      lambda: tile_matrix(head, m, rows=False))
+    return w, pos
+
+
+def _inflated_block_shape(suffix, shape, m):
+    if suffix in _MATRICES:
+        return (shape[0] * m, shape[1] * m)
+    if suffix in _TILED_VECTORS:
+        return (shape[0] * m,)
+    if suffix in _KEPT_VECTORS or suffix.endswith(".scale"):
+        return tuple(shape)
+    raise ValueError(f"no inflation rule for block tensor '{suffix}'")
+
+
+def _inflate_block_tensor(suffix, a, m):
+    if suffix in _MATRICES:
+        return tile_matrix(a, m)
+    if suffix in _TILED_VECTORS:
+        return tile_vector(a, m)
+    return np.asarray(a)
+
+
+def dspark_writer(f, m, n_embd_target, pos, name, source_sha256):
+    """GGUFWriter of the DSpark drafter for the inflated target (same channel map, taps moved)."""
+    md = f.metadata
+    if md.get("general.architecture") != "dflash":
+        raise ValueError(f"{f.path}: architecture {md.get('general.architecture')!r}, expected dflash")
+    e = md["dflash.embedding_length"]
+    if e != n_embd_target:
+        raise ValueError(f"{f.path}: drafter width {e} differs from the target's {n_embd_target}")
+    taps = list(md["dflash.target_layers"])
+    if max(taps) > len(pos):
+        raise ValueError(f"{f.path}: dflash.target_layers {taps} reach past the target's {len(pos)} layers")
+    new_taps = [tap_index(t, pos) for t in taps]
+    w = gw.GGUFWriter()
+    _copy_metadata(w, f, {
+        "general.name": name,
+        "dflash.embedding_length": e * m,
+        "dflash.feed_forward_length": md["dflash.feed_forward_length"] * m,
+        "dflash.attention.head_count": md["dflash.attention.head_count"] * m,
+        "dflash.attention.head_count_kv": md["dflash.attention.head_count_kv"] * m,
+        "dflash.target_layers": new_taps,
+    }, {
+        "dspark.inflate.source_sha256": (gw.STRING, source_sha256),
+        "dspark.inflate.width_mult": (gw.UINT32, m),
+    })
+    T, info = f.tensors, f.tensor_info
+    for n, a in T.items():
+        kind, _, s = _split_block(n)
+        gtype = info[n][1]
+        if kind:
+            produce, shape = (lambda s=s, a=a: _inflate_block_tensor(s, a, m)), _inflated_block_shape(s, a.shape, m)
+        elif n == "fc.weight":
+            produce, shape = (lambda a=a: tile_fc(a, m, len(taps))), (a.shape[0] * m, a.shape[1] * m)
+        elif n in ("enc.output_norm.weight", "output_norm.weight"):
+            produce, shape = (lambda a=a: tile_vector(a, m)), (a.shape[0] * m,)
+        elif n == "token_embd.weight":  # a producer of residual channels
+            produce, shape = (lambda a=a: np.tile(np.asarray(a), (1, m))), (a.shape[0], a.shape[1] * m)
+        elif n == "output.weight":  # a consumer
+            produce, shape = (lambda a=a: tile_matrix(a, m, rows=False)), (a.shape[0], a.shape[1] * m)
+        elif n == "conf_proj.weight":
+            produce, shape = (lambda a=a: tile_conf(a, m, e)), (a.shape[0], a.shape[1] + e * (m - 1))
+        elif n in ("markov_w1.weight", "markov_w2.weight", "conf_proj.bias") or n.endswith(".scale"):
+            produce, shape = (lambda a=a: np.asarray(a)), a.shape  # token-indexed or width-free
+        else:
+            raise ValueError(f"{f.path}: no inflation rule for tensor '{n}'")
+        w.add_tensor_lazy(n, shape, gtype, produce)
+    return w, new_taps
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default=str(TARGET_GGUF), help="the qwen3 target to inflate (F16/F32 GGUF)")
+    ap.add_argument("--out", help="the inflated target (F16 GGUF); without it only the drafter is converted")
+    ap.add_argument("--shape", choices=sorted(SHAPES), help="a named shape: " + ", ".join(
+        f"{k} = width x{m}, {b} blocks" for k, (m, b) in SHAPES.items()))
+    ap.add_argument("--width-mult", type=int, help="width multiplier (overrides --shape's)")
+    ap.add_argument("--blocks", type=int, help="blocks of the inflated target (overrides --shape's)")
+    ap.add_argument("--seed", type=int, default=SEED, help="seed of the identity blocks' random projections")
+    ap.add_argument("--name", help="general.name of the inflated target (default: the source's, with the shape)")
+    ap.add_argument("--dspark", help=f"also convert this DSpark drafter (dflash GGUF, e.g. {DSPARK_GGUF.name})")
+    ap.add_argument("--dspark-out", help="where the converted drafter goes (with --dspark)")
+    a = ap.parse_args(argv)
+    if bool(a.dspark) != bool(a.dspark_out):
+        ap.error("--dspark and --dspark-out go together")
+    if not a.out and not a.dspark_out:
+        ap.error("nothing to write: give --out, --dspark-out or both")
+
+    f = gguf_reader.read(a.target)
+    m, n_blocks = SHAPES.get(a.shape, (1, f.metadata["qwen3.block_count"]))
+    m = a.width_mult or m
+    n_blocks = a.blocks or n_blocks
+    if m < 1:
+        ap.error("--width-mult must be at least 1")
+    tag = a.shape if a.shape and not (a.width_mult or a.blocks) else f"x{m}-{n_blocks}L"
+    name = a.name or f"{f.metadata.get('general.name', 'model')}-{tag}"
+
+    w, pos = target_writer(f, m, n_blocks, a.seed, name, _sha256(a.target))
+    params = sum(int(np.prod(shape)) for _, shape, _, _ in w.tensors)
+    print(f"inflate: {a.target}: width {f.metadata['qwen3.embedding_length']} -> "
+          f"{f.metadata['qwen3.embedding_length'] * m}, blocks {f.metadata['qwen3.block_count']} -> {n_blocks} "
+          f"(originals at {pos}), {params / 1e9:.3f} B parameters", file=sys.stderr, flush=True)
+    digests = []
+    if a.out:
+        digests.append((_write(w, a.out, f"inflate {Path(a.out).name}"), a.out))
+    if a.dspark:
+        d = gguf_reader.read(a.dspark)
+        dname = f"{d.metadata.get('general.name', 'dspark')}-{tag}"
+        dw, taps = dspark_writer(d, m, f.metadata["qwen3.embedding_length"], pos, dname, _sha256(a.dspark))
+        print(f"inflate: {a.dspark}: taps {list(d.metadata['dflash.target_layers'])} -> {taps}",
+              file=sys.stderr, flush=True)
+        digests.append((_write(dw, a.dspark_out, f"inflate {Path(a.dspark_out).name}"), a.dspark_out))
+    for digest, path in digests:
+        print(f"{digest}  {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

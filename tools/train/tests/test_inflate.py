@@ -1,0 +1,218 @@
+"""inflate.py: the inflated target predicts what the bundled one does (the F16 file as written),
+the converted DSpark drafter drafts what it drafted, and the output is deterministic.
+
+Small inflations of the bundled models keep it fast: width x2 with 8 -> 11 blocks (the division by
+2 is exact, so this checks the layout: tiling, GQA pairing, identity blocks, untied head, taps),
+and width x3 (w / 3 is rounded to F16: this checks that the rounding stays harmless).
+
+    cd tools/train && /usr/bin/python3 -m pytest tests/test_inflate.py
+"""
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dspark_train import eval_drafters
+from dspark_train import gguf_reader
+from dspark_train import inflate
+from dspark_train import ref_forward
+from dspark_train import tokenizer as tok
+from dspark_train.paths import DSPARK_GGUF, REPO_ROOT, TARGET_GGUF
+
+PROMPTS = REPO_ROOT / "bench" / "prompts" / "code-completion.jsonl"  # the test split: held out
+
+
+def held_out(n_seqs=2, n_tokens=160):
+    """Token ids of held-out code: prompt + reference of a few test-split functions."""
+    sp = tok.load()
+    recs = [json.loads(line) for line in PROMPTS.read_text().splitlines()]
+    seqs = []
+    for r in recs[3::7][:n_seqs]:
+        seqs.append(([tok.BOS_ID] + sp.encode(r["prompt"] + r["reference"]))[:n_tokens])
+    return seqs
+
+
+def kl_per_token(logits_p, logits_q):
+    """KL(p || q) in nats for each row of two logit matrices [T, V]."""
+    def log_softmax(x):
+        x = x - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+    lp, lq = log_softmax(logits_p), log_softmax(logits_q)
+    return (np.exp(lp) * (lp - lq)).sum(-1)
+
+
+def sha256(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def run_inflate(out_dir, *args, dspark=True):
+    out = os.path.join(out_dir, "target.gguf")
+    argv = ["--target", str(TARGET_GGUF), "--out", out, *args]
+    if dspark:
+        argv += ["--dspark", str(DSPARK_GGUF), "--dspark-out", os.path.join(out_dir, "dspark.gguf")]
+    assert inflate.main(argv) == 0
+    return out, os.path.join(out_dir, "dspark.gguf")
+
+
+class TestInflateLayout(unittest.TestCase):
+    def test_originals_spread_evenly_and_taps_follow_them(self):
+        self.assertEqual(inflate.block_positions(8, 28), [0, 4, 8, 12, 15, 19, 23, 27])
+        self.assertEqual(inflate.block_positions(8, 11), [0, 1, 3, 4, 6, 7, 9, 10])
+        self.assertEqual(inflate.block_positions(8, 8), list(range(8)))
+        pos = inflate.block_positions(8, 28)
+        # tap t = the stream entering original layer t = original layer t-1's output
+        self.assertEqual([inflate.tap_index(t, pos) for t in (0, 2, 5, 7, 8)], [0, 5, 16, 24, 28])
+        with self.assertRaises(ValueError):
+            inflate.block_positions(8, 7)
+
+    def test_tiles_producers_and_divides_consumers(self):
+        w = np.arange(6, dtype=np.float32).reshape(2, 3)
+        t = inflate.tile_matrix(w, 2)
+        np.testing.assert_array_equal(t, np.block([[w / 2, w / 2], [w / 2, w / 2]]))
+        x = np.array([1.0, -2.0, 0.5])
+        np.testing.assert_allclose(t @ np.tile(x, 2), np.tile(w @ x, 2))
+        fc = np.arange(12, dtype=np.float64).reshape(2, 6)  # E = 2, three taps of 2
+        taps = [np.array([1.0, 2.0]), np.array([3.0, -1.0]), np.array([0.5, 4.0])]
+        got = inflate.tile_fc(fc, 3, 3) @ np.concatenate([np.tile(h, 3) for h in taps])
+        np.testing.assert_allclose(got, np.tile(fc @ np.concatenate(taps), 3))
+        conf = np.arange(5, dtype=np.float64).reshape(1, 5)  # E = 2, R = 3
+        h, e = np.array([1.0, -1.0]), np.array([2.0, 0.0, 1.0])
+        np.testing.assert_allclose(inflate.tile_conf(conf, 3, 2) @ np.concatenate([np.tile(h, 3), e]),
+                                   conf @ np.concatenate([h, e]))
+
+
+class TestInflateBundled(unittest.TestCase):
+    """Width x2, 8 -> 11 blocks, target and drafter."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.target, cls.dspark = run_inflate(cls.tmp.name, "--width-mult", "2", "--blocks", "11")
+        cls.seqs = held_out()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_metadata_describes_the_new_shape(self):
+        src, f = gguf_reader.read(TARGET_GGUF), gguf_reader.read(self.target)
+        md = f.metadata
+        self.assertEqual(md["general.architecture"], "qwen3")
+        self.assertEqual(md["general.name"], src.metadata["general.name"] + "-x2-11L")
+        self.assertEqual(md["qwen3.block_count"], 11)
+        self.assertEqual(md["qwen3.embedding_length"], 768)
+        self.assertEqual(md["qwen3.feed_forward_length"], 2048)
+        self.assertEqual(md["qwen3.attention.head_count"], 12)
+        self.assertEqual(md["qwen3.attention.head_count_kv"], 4)
+        self.assertEqual(md["qwen3.attention.key_length"], 64)
+        self.assertEqual(md["general.file_type"], 1)
+        self.assertEqual(md["dspark.inflate.source_blocks"], [0, 1, 3, 4, 6, 7, 9, 10])
+        for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+                    "tokenizer.ggml.mask_token_id", "qwen3.rope.freq_base"):
+            self.assertEqual(md[key], src.metadata[key], key)
+            self.assertEqual(f.types[key], src.types[key], key)
+        self.assertEqual(f.tensor_info["output.weight"][:2], ([768, 4096], 1))  # untied, F16
+        self.assertEqual(f.tensor_info["token_embd.weight"][:2], ([768, 4096], 1))
+        self.assertEqual(f.tensor_info["blk.2.attn_q_norm.weight"][:2], ([64], 0))
+        self.assertEqual(len(f.tensors), 2 + 11 * 11 + 1)
+        # identity blocks write nothing into the residual stream
+        for name in ("blk.2.attn_output.weight", "blk.8.ffn_down.weight"):
+            self.assertFalse(np.any(f.tensors[name]), name)
+        self.assertTrue(np.any(f.tensors["blk.2.attn_q.weight"]))
+
+        d = gguf_reader.read(self.dspark).metadata
+        self.assertEqual(d["dflash.target_layers"], [2, 7, 10])  # [2, 5, 7] of the original layers
+        self.assertEqual(d["dflash.embedding_length"], 768)
+        self.assertEqual(d["dflash.feed_forward_length"], 2048)
+        self.assertEqual(d["dflash.attention.head_count"], 12)
+        self.assertEqual(d["dflash.attention.head_count_kv"], 4)
+        self.assertEqual(d["dflash.block_count"], 2)
+
+    def test_next_token_distribution_matches_on_held_out_text(self):
+        for ids in self.seqs:
+            small = ref_forward.forward(TARGET_GGUF, ids)
+            big = ref_forward.forward(self.target, ids)
+            kl = kl_per_token(small, big)
+            self.assertLessEqual(kl.mean(), 1e-4)
+            self.assertLessEqual(kl.max(), 1e-4)
+            np.testing.assert_array_equal(small.argmax(-1), big.argmax(-1))
+
+    def test_two_runs_write_identical_bytes(self):
+        with tempfile.TemporaryDirectory() as d:
+            target, dspark = run_inflate(d, "--width-mult", "2", "--blocks", "11")
+            self.assertEqual(sha256(target), sha256(self.target))
+            self.assertEqual(sha256(dspark), sha256(self.dspark))
+        with tempfile.TemporaryDirectory() as d:  # the seed is what makes it so
+            target, _ = run_inflate(d, "--width-mult", "2", "--blocks", "11", "--seed", "7", dspark=False)
+            self.assertNotEqual(sha256(target), sha256(self.target))
+
+    def test_drafter_drafts_the_same_for_the_inflated_target(self):
+        """DSpark.draft (PyTorch) from float64 target taps: the same tokens and confidences."""
+        torch.set_num_threads(2)
+        small_d, big_d = eval_drafters.load_dspark(DSPARK_GGUF), eval_drafters.load_dspark(self.dspark)
+        small_f, big_f = gguf_reader.read(TARGET_GGUF), gguf_reader.read(self.target)
+        small_emb = torch.tensor(np.asarray(small_f.tensors["token_embd.weight"], dtype=np.float32))
+        big_emb = torch.tensor(np.asarray(big_f.tensors["token_embd.weight"], dtype=np.float32))
+        big_head = torch.tensor(np.asarray(big_f.tensors["output.weight"], dtype=np.float32))
+        small_taps = list(gguf_reader.read(DSPARK_GGUF).metadata["dflash.target_layers"])
+        big_taps = list(gguf_reader.read(self.dspark).metadata["dflash.target_layers"])
+        n_drafts = 0
+        for ids in self.seqs:
+            _, ts = ref_forward.forward(small_f, ids, taps=small_taps)
+            _, tb = ref_forward.forward(big_f, ids, taps=big_taps)
+            feats_s = torch.tensor(np.concatenate([ts[t] for t in small_taps], -1)[None], dtype=torch.float32)
+            feats_b = torch.tensor(np.concatenate([tb[t] for t in big_taps], -1)[None], dtype=torch.float32)
+            for p in range(16, len(ids), 24):
+                toks_s, conf_s, z_s = small_d.draft(small_emb, feats_s[:, :p], ids[p], p)
+                toks_b, conf_b, z_b = big_d.draft(big_emb, feats_b[:, :p], ids[p], p, head_weight=big_head)
+                self.assertEqual(toks_s, toks_b, f"anchor at {p}")
+                np.testing.assert_allclose(conf_s, conf_b, atol=1e-4)
+                np.testing.assert_allclose(z_s.numpy(), z_b.numpy(), atol=2e-3)
+                n_drafts += 1
+        self.assertGreaterEqual(n_drafts, 10)
+
+    def test_engine_runs_both_pairs_alike(self):
+        """build/bin/dspark: plain and DSpark-speculative greedy decoding give the same tokens on the
+        small and the inflated pair, with the same drafts and acceptance (cut schedule: the draft
+        length does not depend on measured speed)."""
+        binary = Path(os.environ.get("DSPARK_BIN") or REPO_ROOT / "build" / "bin" / "dspark")
+        self.assertTrue(binary.is_file(), f"no dspark binary at {binary}: make build, or set DSPARK_BIN")
+        prompt = 'def fibonacci(n):\\n    """Return the n-th Fibonacci number."""\\n'
+
+        def generate(target, *spec):
+            out = subprocess.run([str(binary), "generate", "-m", str(target), "-p", prompt, "-n", "48", "-t", "2",
+                                  "--json", *spec], check=True, capture_output=True, text=True).stdout
+            return json.loads(out[out.index("{"):])
+
+        spec = ["--spec-type", "draft-dspark", "--spec-schedule", "cut", "--spec-draft-n-max", "4"]
+        plain_s, plain_b = generate(TARGET_GGUF), generate(self.target)
+        spec_s = generate(TARGET_GGUF, "-md", str(DSPARK_GGUF), *spec)
+        spec_b = generate(self.target, "-md", self.dspark, *spec)
+        self.assertEqual(plain_s["ids"], plain_b["ids"])
+        self.assertEqual(spec_s["ids"], plain_s["ids"])
+        self.assertEqual(spec_b["ids"], plain_b["ids"])
+        keys = ("drafts", "drafted", "accepted", "accepted_per_position", "steps", "target_calls")
+        self.assertEqual({k: spec_s["stats"][k] for k in keys}, {k: spec_b["stats"][k] for k in keys})
+        self.assertGreater(spec_s["stats"]["accepted"], 0)
+        np.testing.assert_allclose(spec_s["stats"]["predicted_survival_per_position"],
+                                   spec_b["stats"]["predicted_survival_per_position"], atol=1e-4)
+
+
+class TestInflateRounding(unittest.TestCase):
+    def test_width_x3_keeps_the_distribution_through_f16_rounding(self):
+        with tempfile.TemporaryDirectory() as d:
+            target, _ = run_inflate(d, "--width-mult", "3", dspark=False)
+            for ids in held_out(n_seqs=1):
+                kl = kl_per_token(ref_forward.forward(TARGET_GGUF, ids), ref_forward.forward(target, ids))
+                self.assertLessEqual(kl.mean(), 1e-4)
+                self.assertLessEqual(kl.max(), 1e-4)
+
+
+if __name__ == "__main__":
+    unittest.main()
