@@ -108,9 +108,13 @@ int RunPlainBench(const BenchFlags& f) {
   const bool has_bf16 = std::any_of(model.file().tensors().begin(), model.file().tensors().end(),
                                     [](const auto& t) { return t.type == DType::kBF16 && t.ne.size() >= 2; });
   if (has_bf16) weights += fmt::format(", BF16 multiplied with {}", ops::Bf16MatMulKernel());
-  std::fprintf(stderr, "dspark bench: %s, %s, %d threads, %s kernels, %s; KV cache %s, %.1f MiB for %d cells\n",
+  // Per token: every layer's keys and values (MLA: the latent and the RoPE part).
+  std::fprintf(stderr,
+               "dspark bench: %s, %s, %d threads, %s kernels, %s; KV cache %s, %.1f MiB for %d cells (%.0f bytes "
+               "per token)\n",
                f.model.c_str(), c.arch.c_str(), pool.num_threads(), kernels::CpuTargetName().c_str(), weights.c_str(),
-               std::string(DTypeName(f.cache_type)).c_str(), cache.bytes() / 1048576.0, n_ctx);
+               std::string(DTypeName(f.cache_type)).c_str(), cache.bytes() / 1048576.0, n_ctx,
+               static_cast<double>(cache.bytes()) / n_ctx);
   if (c.moe.enabled())
     std::fprintf(stderr, "dspark bench: %d experts, %d used per token, %d wide\n", c.moe.n_expert,
                  c.moe.n_expert_used, c.moe.n_ff_exp);
@@ -163,6 +167,7 @@ int RunPlainBench(const BenchFlags& f) {
   if (has_bf16) j["bf16_kernel"] = ops::Bf16MatMulKernel();
   j["cache_type"] = DTypeName(f.cache_type);
   j["kv_cache_bytes"] = cache.bytes();
+  j["kv_cache_bytes_per_token"] = static_cast<double>(cache.bytes()) / n_ctx;
   j["prefill_tokens"] = f.n_prefill;
   j["prefill_tok_s"] = pf.median;
   j["prefill_tok_s_min"] = pf.min;

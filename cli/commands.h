@@ -20,6 +20,7 @@ Runner RegisterQuantize(CLI::App& app);
 Runner RegisterSynth(CLI::App& app);
 Runner RegisterBench(CLI::App& app);
 Runner RegisterServe(CLI::App& app);
+Runner RegisterPerplexity(CLI::App& app);
 
 // Prints "dspark: <message>" to stderr and returns the exit code for a failed status.
 int Fail(const Status& status);

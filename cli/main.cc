@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   add(&RegisterSynth);
   add(&RegisterBench);
   add(&RegisterServe);
+  add(&RegisterPerplexity);
   // llama.cpp spells the draft model flag "-md"; CLI11 only allows one-letter short flags.
   std::vector<std::string> args;
   // Likewise "-np" (llama-server's --parallel).

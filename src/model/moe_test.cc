@@ -136,10 +136,11 @@ INSTANTIATE_TEST_SUITE_P(Types, MoeBatch,
                                            std::pair<std::string, DType>{"llama", DType::kF16}),
                          [](const auto& info) { return fmt::format("{}_{}", info.param.first, DTypeName(info.param.second)); });
 
-// Rewrites a good tiny qwen3moe file with `edit` applied to its metadata and `keep` to its tensors.
+// Rewrites a good tiny file of `arch` with `edit` applied to its metadata and `keep` to its tensors.
 std::string Rewrite(const std::string& tag, const std::function<void(gguf::Writer&)>& edit,
-                    const std::function<bool(const gguf::TensorInfo&, std::vector<int64_t>&)>& keep = nullptr) {
-  const std::string good = WriteMoe("qwen3moe", DType::kF32, "moe_good");
+                    const std::function<bool(const gguf::TensorInfo&, std::vector<int64_t>&)>& keep = nullptr,
+                    const std::string& arch = "qwen3moe") {
+  const std::string good = WriteTiny(TinySpec(arch, DType::kF32), arch + "_good");
   auto f = gguf::File::Open(good);
   EXPECT_TRUE(f.ok());
   gguf::Writer w;
@@ -181,6 +182,34 @@ TEST(MoeLoad, MalformedExpertFilesAreClearErrors) {
   ExpectLoadError(Rewrite("moe_router", [](gguf::Writer&) {},
                           [](const gguf::TensorInfo& t, std::vector<int64_t>&) { return t.name != "blk.0.ffn_gate_inp.weight"; }),
                   {"blk.0.ffn_gate_inp.weight", "missing"});
+}
+
+TEST(MoeLoad, MalformedDeepseekFilesAreClearErrors) {
+  const auto none = [](const gguf::TensorInfo&, std::vector<int64_t>&) { return true; };
+  ExpectLoadError(Rewrite("mla_rank", [](gguf::Writer& w) { w.SetU32("deepseek2.attention.kv_lora_rank", 0); }, none,
+                          "deepseek2"),
+                  {"deepseek2.attention.kv_lora_rank", "must be > 0"});
+  ExpectLoadError(Rewrite("mla_nope", [](gguf::Writer& w) { w.SetU32("deepseek2.attention.key_length_mla", 16); }, none,
+                          "deepseek2"),
+                  {"key size 16", "rope.dimension_count 16"});
+  ExpectLoadError(Rewrite("mla_groups", [](gguf::Writer& w) {
+                            w.SetU32("deepseek2.expert_group_count", 3);
+                            w.SetU32("deepseek2.expert_group_used_count", 1);
+                          }, none, "deepseek2"),
+                  {"3 expert groups", "8 experts"});
+  ExpectLoadError(Rewrite("mla_kv_a", [](gguf::Writer&) {},
+                          [](const gguf::TensorInfo& t, std::vector<int64_t>&) { return t.name != "blk.2.attn_kv_a_mqa.weight"; },
+                          "deepseek2"),
+                  {"blk.2.attn_kv_a_mqa.weight", "missing"});
+  ExpectLoadError(Rewrite("mla_shexp", [](gguf::Writer&) {},
+                          [](const gguf::TensorInfo& t, std::vector<int64_t>&) { return t.name != "blk.1.ffn_up_shexp.weight"; },
+                          "deepseek2"),
+                  {"blk.1.ffn_up_shexp.weight", "missing"});
+  // The leading dense block keeps a dense FFN: an expert tensor there is not what the file says.
+  ExpectLoadError(Rewrite("mla_dense", [](gguf::Writer&) {},
+                          [](const gguf::TensorInfo& t, std::vector<int64_t>&) { return t.name != "blk.0.ffn_gate.weight"; },
+                          "deepseek2"),
+                  {"blk.0.ffn_gate.weight", "missing"});
 }
 
 }  // namespace
