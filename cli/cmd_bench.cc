@@ -183,10 +183,12 @@ int RunPlainBench(const BenchFlags& f) {
   for (int k : ks) vj[std::to_string(k)] = Summarise(verify[k]).median;
   j["verify_ms"] = vj;
   j["resident_bytes"] = resident;
-  // Mean distinct experts per block of one verify-k pass (k rows choosing k * n_used at most).
+  // Mean distinct experts per mixture block (leading dense blocks read none) of one verify-k pass
+  // (k rows choosing k * n_used at most).
   const auto experts_per_block = [&](int k) {
     const int64_t passes = int64_t{f.reps} * kVerifyRuns;
-    return static_cast<double>(experts_read[k]) / (static_cast<double>(passes) * c.n_layer);
+    const int moe_blocks = std::max(1, c.n_layer - c.moe.n_leading_dense);
+    return static_cast<double>(experts_read[k]) / (static_cast<double>(passes) * moe_blocks);
   };
   if (c.moe.enabled()) {
     nlohmann::json ej = nlohmann::json::object();

@@ -7,6 +7,7 @@
 
 #include "kernels/ops.h"
 #include "model/arch/arch.h"
+#include "model/quantize.h"
 #include "sampling/sampling.h"
 
 namespace dspark {
@@ -178,20 +179,10 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   }
   if (!ops::CanQuantize(spec.matrix_type))
     return InvalidArgument("synth: cannot write weights of type {}", DTypeName(spec.matrix_type));
-  const int64_t block = Info(spec.matrix_type).block_size;
-  if (spec.n_embd % block || spec.n_ff % block || (spec.n_head * spec.head_dim) % block || spec.n_ff_exp % block)
-    return InvalidArgument(
-        "synth: n_embd {}, n_ff {}, n_ff_exp {} and n_head*head_dim must be multiples of the {} block size {}",
-        spec.n_embd, spec.n_ff, spec.n_ff_exp, DTypeName(spec.matrix_type), block);
 
   const ArchDescriptor* arch = FindArch(spec.arch);
   if (arch == nullptr) return InvalidArgument("synth: unknown architecture '{}'", spec.arch);
   const bool moe = spec.n_expert > 0;
-  if (spec.kv_lora_rank > 0 &&
-      (spec.q_lora_rank % block || spec.kv_lora_rank % block || spec.qk_nope_dim % block ||
-       (spec.n_head * spec.v_head_dim) % block || (spec.n_expert_shared * spec.n_ff_exp) % block))
-    return InvalidArgument("synth: the MLA sizes must be multiples of the {} block size {}", DTypeName(spec.matrix_type),
-                           block);
   if ((spec.arch == "deepseek2") != (spec.kv_lora_rank > 0))
     return InvalidArgument("synth: multi-head latent attention (kv_lora_rank > 0) is deepseek2's, and deepseek2's only");
   if (arch->traits.experts && !moe) return InvalidArgument("synth: {} needs n_expert > 0", spec.arch);
@@ -231,7 +222,11 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   }
 
   // A [cols, rows] matrix, or with n > 1 a 3-D [cols, rows, n] stack of them (expert tensors).
-  auto tensor = [&](const std::string& name, DType type, int64_t cols, int64_t rows, int64_t n, float gain) -> Status {
+  // Rows that the type's block does not divide take llama.cpp's fallback type, as `dspark quantize`
+  // does (DeepSeek-V2-Lite's 1,408-wide experts in a Q4_K file are Q5_0 / Q8_0).
+  auto tensor = [&](const std::string& name, DType requested, int64_t cols, int64_t rows, int64_t n,
+                    float gain) -> Status {
+    const DType type = QuantizeTypeForRows(requested, cols);
     const uint64_t seed = NameSeed(spec.seed, name);
     std::vector<int64_t> ne = {cols, rows};
     if (n > 1) ne.push_back(n);

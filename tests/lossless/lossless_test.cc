@@ -117,13 +117,13 @@ TEST_F(Lossless, GreedyEqualsPlainForEveryDrafterAndDraftLength) {
   }
 }
 
-// Mixture-of-experts targets (qwen3moe, and llama with experts as Mixtral stores them): a
-// verification block's rows choose their experts together in one pass, and the output is still
-// plain decoding's, for every drafter.
+// Mixture-of-experts targets (qwen3moe, llama with experts as Mixtral stores them, and deepseek2
+// with its latent attention and shared experts): a verification block's rows choose their experts
+// together in one pass, and the output is still plain decoding's, for every drafter.
 TEST_F(Lossless, GreedyEqualsPlainOnMixtureOfExpertsTargets) {
   const int n = 32;
-  for (const char* arch : {"qwen3moe", "llama"}) {
-    SynthSpec spec = testing::TinySpec("qwen3moe", DType::kQ8_0);
+  for (const char* arch : {"qwen3moe", "llama", "deepseek2"}) {
+    SynthSpec spec = testing::TinySpec(std::string(arch) == "deepseek2" ? "deepseek2" : "qwen3moe", DType::kQ8_0);
     spec.arch = arch;
     spec.seed = 31;
     spec.tied_embeddings = false;

@@ -83,6 +83,10 @@ class SamplingFixture : public ::testing::Test {
     moe.embedding_gain = 1.0f;
     moe.seed = 23;
     moe_target_path_ = testing::WriteTiny(moe, "chi_moe_target");
+    SynthSpec mla = testing::TinySpec("deepseek2", DType::kF32, 16);
+    mla.embedding_gain = 1.0f;
+    mla.seed = 24;
+    mla_target_path_ = testing::WriteTiny(mla, "chi_mla_target");
   }
   void SetUp() override { target_ = Load(target_path_); }
 
@@ -124,7 +128,7 @@ class SamplingFixture : public ::testing::Test {
   static constexpr int kTrials = 30000;
   // Repeats, so that prompt lookup finds continuations.
   static inline const std::vector<int32_t> kPrompt = {1, 5, 9, 5, 9, 7};
-  static inline std::string target_path_, draft_path_, moe_target_path_;
+  static inline std::string target_path_, draft_path_, moe_target_path_, mla_target_path_;
   Loaded target_;
   ThreadPool pool_{1};
 };
@@ -144,18 +148,21 @@ TEST_P(LosslessSampling, SpeculativeSamplingMatchesTheExactPlainDistribution) {
   testing::ExpectSpeculativeSamplingMatchesTarget(*target_.model, pool_, engine, kPrompt, c.params, kNMax + 3, kTrials);
 }
 
-// A mixture-of-experts target (qwen3moe): a verification block's rows share a pass whose
-// experts they chose together, and sampled output still follows the target exactly.
+// Mixture-of-experts targets (qwen3moe; deepseek2 with latent attention and shared experts): a
+// verification block's rows share a pass whose experts they chose together, and sampled output
+// still follows the target exactly.
 TEST_F(LosslessSamplingControls, SpeculativeSamplingOnAMixtureOfExpertsTargetMatchesTheExactDistribution) {
-  target_ = Load(moe_target_path_);
-  ASSERT_TRUE(target_.model->config().moe.enabled());
-  for (const SamplingParams& params : {kUnfiltered, kFiltered}) {
-    auto drafter = MakeDrafter("ngram+draft-model");
-    BatchEngineOptions o;
-    o.n_ctx = 64;
-    o.schedule.n_max = kNMax;
-    SpeculativeEngine engine(*target_.model, *target_.tok, pool_, o, drafter.get());
-    testing::ExpectSpeculativeSamplingMatchesTarget(*target_.model, pool_, engine, kPrompt, params, kNMax + 3, kTrials);
+  for (const std::string& path : {moe_target_path_, mla_target_path_}) {
+    target_ = Load(path);
+    ASSERT_TRUE(target_.model->config().moe.enabled());
+    for (const SamplingParams& params : {kUnfiltered, kFiltered}) {
+      auto drafter = MakeDrafter("ngram+draft-model");
+      BatchEngineOptions o;
+      o.n_ctx = 64;
+      o.schedule.n_max = kNMax;
+      SpeculativeEngine engine(*target_.model, *target_.tok, pool_, o, drafter.get());
+      testing::ExpectSpeculativeSamplingMatchesTarget(*target_.model, pool_, engine, kPrompt, params, kNMax + 3, kTrials);
+    }
   }
 }
 
