@@ -46,13 +46,19 @@ endif
 # the quantiser's sources, not on the binary, which relinks on any C++ change (minutes of
 # re-quantising for nothing).
 TRAIN_PYTHON ?= /usr/bin/python3
-INFLATE := PYTHONPATH=tools/train $(TRAIN_PYTHON) -m dspark_train inflate --shape 1.7b
+INFLATE_CMD := PYTHONPATH=tools/train $(TRAIN_PYTHON) -m dspark_train inflate
+INFLATE := $(INFLATE_CMD) --shape 1.7b
 INFLATE_SRC := $(addprefix tools/train/dspark_train/,inflate.py gguf_reader.py gguf_writer.py)
 QUANTIZER_SRC := src/model/quantize.cc src/kernels/ref/quant_ref.cc
 BENCH_MODELS := $(addprefix $(Q8)/,ref-target-1.7b-Q4_K_M.gguf ref-target-1.7b-Q8_0.gguf \
                   ref-dspark-1.7b-F16.gguf ref-dspark-1.7b-Q8_0.gguf)
+# Its mixture-of-experts counterpart: the same target upcycled to qwen3moe (`inflate --shape moe`:
+# width x2, 34 blocks, 64 copies of each FFN as experts, 8 used; 10.3 B parameters, 1.35 B active).
+# The F16 intermediate (21 GB) is deleted after quantising; the single-threaded quantiser sets the
+# build time.
+BENCH_MODELS_MOE := $(Q8)/ref-target-moe-Q4_K_M.gguf
 
-.PHONY: all deps configure build drafters run test bench bench-models tsan clean
+.PHONY: all deps configure build drafters run test bench bench-models bench-models-moe tsan fuzz clean
 
 all: build
 
@@ -98,6 +104,19 @@ $(Q8)/ref-%-1.7b-Q8_0.gguf: $(Q8)/ref-%-1.7b-F16.gguf $(QUANTIZER_SRC) | $(DSPAR
 
 .INTERMEDIATE: $(Q8)/ref-target-1.7b-F16.gguf
 
+bench-models-moe: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target dspark
+	@$(MAKE) -s --no-print-directory $(BENCH_MODELS_MOE)
+	@cd $(Q8) && sha256sum $(notdir $(BENCH_MODELS_MOE))
+
+$(Q8)/ref-target-moe-F16.gguf: models/ref-target.gguf $(INFLATE_SRC)
+	@$(INFLATE_CMD) --shape moe --target $< --out $@
+
+$(Q8)/ref-target-moe-Q4_K_M.gguf: $(Q8)/ref-target-moe-F16.gguf $(QUANTIZER_SRC) | $(DSPARK)
+	@$(DSPARK) quantize $< $@.tmp Q4_K_M && mv $@.tmp $@
+
+.INTERMEDIATE: $(Q8)/ref-target-moe-F16.gguf
+
 # Generates with the bundled reference models, speculatively and plain on the same prompt, and
 # prints both speeds, the speed-up, acceptance and whether the outputs are identical.
 run: drafters
@@ -114,6 +133,10 @@ bench: drafters
 	@$(DSPARK) bench --plain -m $(MODEL)
 	@$(BUILD_DIR)/bin/kernels_bench --benchmark_min_time=0.2
 
+# libFuzzer targets (tests/fuzz): replays each committed corpus and fuzzes it FUZZ_SECONDS (30).
+fuzz: deps
+	@scripts/fuzz.sh
+
 # ThreadSanitizer build of the concurrent parts (HTTP server, continuous batching, thread pool):
 # their tests must run without a race report. Not part of `make test` (a separate, slow build).
 tsan: deps
@@ -122,4 +145,4 @@ tsan: deps
 	@for t in server_test spec_test lossless_test; do TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/$$t || exit 1; done
 
 clean:
-	@rm -rf $(BUILD_DIR) build-tsan
+	@rm -rf $(BUILD_DIR) build-tsan build-fuzz

@@ -272,6 +272,7 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--spec-draft-p-min", sf->schedule.p_min, "Confidence cut when not swept")->capture_default_str();
   sub->add_flag("--spec-adaptive", sf->schedule.adaptive, "Adaptive draft length when not swept");
   sub->add_option("--temp", sf->temp, "Temperature (--spec)")->capture_default_str();
+  sub->add_option("--top-p", sf->top_p, "Top-p with --temp (--spec)")->capture_default_str()->check(CLI::Range(0.001f, 1.0f));
   sub->add_option("-s,--seed", sf->seed, "Seed (--spec)")->capture_default_str();
   sub->add_option("-n,--n-predict", sf->n_predict, "Tokens per prompt (--spec)")->capture_default_str();
   sub->add_option("--max-prompts", sf->max_prompts, "Use at most this many prompts (--spec)")->capture_default_str();

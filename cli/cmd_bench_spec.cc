@@ -111,6 +111,7 @@ int RunSpecBench(const SpecBenchFlags& f) {
   GenerateOptions opt;
   opt.max_new_tokens = f.n_predict;
   opt.sampling.temperature = f.temp;
+  opt.sampling.top_p = f.top_p;
   opt.sampling.seed = f.seed;
   opt.ignore_eos = true;  // equal work per prompt for every setting
 
@@ -238,6 +239,7 @@ int RunSpecBench(const SpecBenchFlags& f) {
   j["prompts"] = n_prompts;
   j["tokens_per_prompt"] = f.n_predict;
   j["temperature"] = f.temp;
+  j["top_p"] = f.top_p;
   j["plain_tokens_per_second"] = plain_totals.tok_s();
   j["plain_prompt_tokens_per_second"] = plain_totals.prompt_tok_s;
   // Per prompt, the statistics of the run that counted (the median): why a prompt won or lost.
@@ -246,7 +248,8 @@ int RunSpecBench(const SpecBenchFlags& f) {
   csv << "setting,tokens_per_second,speedup,worst_prompt_speedup,tau,acceptance_rate,identical,prompts\n";
   csv << fmt::format("plain,{:.3f},1,1,,,,{}\n", plain_totals.tok_s(), n_prompts);
   Plot plot;
-  plot.title = fmt::format("{} on {} prompts ({} tokens each, temp {:g})", f.drafter.type, n_prompts, f.n_predict, f.temp);
+  plot.title = fmt::format("{} on {} prompts ({} tokens each, temp {:g}, top-p {:g})", f.drafter.type, n_prompts,
+                           f.n_predict, f.temp, f.top_p);
   plot.x_label = "setting";
   plot.y_label = "tokens per second";
   plot.y2_label = "mean acceptance length tau";

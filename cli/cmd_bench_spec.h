@@ -17,6 +17,7 @@ struct SpecBenchFlags {
   ModelOptions model_options;
   ScheduleOptions schedule;
   float temp = 0.0f;
+  float top_p = 1.0f;  // with --temp: nucleus filter (the target's and the drafts' alike)
   uint64_t seed = 0;
   int n_predict = 128;
   int reps = 3;  // runs of each prompt per setting (round-robin); the median counts

@@ -20,6 +20,7 @@ PKGS=(
   libpython3.11-testsuite python3-pytest
   pybind11-dev python3-dev  # the Python module `dspark` (python/, pybind11); its tests use python3-pytest
   chromium              # headless playground test (tests/e2e/playground_test.cc)
+  clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (make fuzz, tests/fuzz)
 )
 
 missing=()

@@ -326,8 +326,10 @@ std::vector<std::pair<size_t, size_t>> PreTokenizer::Split(std::string_view text
   for (const Compiled& re : regexes_) {
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(re.code, nullptr);
     next.clear();
-    for (const auto& [pb, pe] : pieces) {
-      // Like std::regex_iterator over [pb, pe): the piece is the whole subject.
+    for (const auto& piece : pieces) {
+      // Like std::regex_iterator over [pb, pe): the piece is the whole subject. (Named copies, not
+      // a structured binding: clang before 16 cannot capture those in the lambda below.)
+      const size_t pb = piece.first, pe = piece.second;
       const std::string_view sub = text.substr(pb, pe - pb);
       auto emit = [&](size_t b, size_t e) {
         if (e > b) next.emplace_back(pb + b, pb + e);
