@@ -108,7 +108,9 @@ class GGUFWriter:
                 arr = np.ascontiguousarray(arr, dtype=_GGML_NP[gtype])
                 if arr.shape != shape:
                     raise ValueError(f"tensor {name}: produced shape {arr.shape}, declared {shape}")
-                put(arr.tobytes() + b"\0" * (_pad(arr.nbytes) - arr.nbytes))
+                # The array's own buffer, not a copy: an upcycled model's expert stacks are 100s of MB.
+                put(memoryview(arr.reshape(-1)).cast("B"))
+                put(b"\0" * (_pad(arr.nbytes) - arr.nbytes))
         if progress is not None:
             progress(len(self.tensors), len(self.tensors), "")
         return digest.hexdigest()

@@ -30,16 +30,30 @@ columns per tapped layer, conf_proj's hidden part, its blocks as the target's. I
 new index of the same original layer's output. It then drafts, for the inflated target, what it
 drafted for the small one. The Markov head (indexed by token ids) is unchanged.
 
-The output is F16 (F32 vectors), deterministic: the same inputs and arguments give the same bytes.
+Sparse upcycling (`--moe-experts E --moe-used K`, `--shape moe`): a qwen3moe target, every FFN
+(the identity blocks' too) replaced by E experts that are each an exact copy of the (inflated) dense
+FFN, behind a random router (ffn_gate_inp, F32). qwen3moe normalises the K chosen experts' weights
+to sum 1, so the block adds sum_k w_k FFN(x) = FFN(x) whatever the router chooses: the model still
+predicts what the small target does, while each token reads K of the E experts, different ones
+for different tokens, as a real mixture does. A verification pass over several tokens then reads
+the union of their experts: more bytes per pass than one token, the cost that decides whether
+speculation pays on a mixture. The router is N(0, s^2) with s = 1 / (sqrt(n_embd) * rms(ffn_norm)),
+so its logits over experts have a standard deviation near 1: a spread of weights like a trained
+router's (the output does not depend on it).
+
+The output is F16 (F32 vectors and routers), deterministic: the same inputs and arguments give the
+same bytes.
 
     /usr/bin/python3 -m dspark_train inflate --shape 1.7b --out build/models/ref-target-1.7b-F16.gguf \\
         --dspark models/ref-dspark.gguf --dspark-out build/models/ref-dspark-1.7b-F16.gguf
+    /usr/bin/python3 -m dspark_train inflate --shape moe --out build/models/ref-target-moe-F16.gguf
 """
 import argparse
 import hashlib
 import math
 import os
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -49,9 +63,16 @@ from . import gguf_reader
 from . import gguf_writer as gw
 from .paths import DSPARK_GGUF, TARGET_GGUF
 
-# name -> (width multiplier, blocks). 1.7b: 2304 wide (36/12 heads of 64, FFN 6144), 28 blocks:
-# 1.60 B parameters, Qwen3-1.7B's weight bytes per token (its 151k vocabulary aside).
-SHAPES = {"1.7b": (6, 28)}
+# name -> (width multiplier, blocks, experts, experts used; 0 experts: a dense qwen3).
+# 1.7b: 2304 wide (36/12 heads of 64, FFN 6144), 28 blocks: 1.60 B parameters, Qwen3-1.7B's weight
+# bytes per token (its 151k vocabulary aside).
+# moe: 768 wide (12/4 heads of 64), 34 blocks of 64 experts of width 2048, 8 used: 10.3 B parameters,
+# 1.35 B active per token (6.2 GB at Q4_K_M), near the dense 1.7b's bytes per token. With 64
+# experts and 8 used, ~2 B active would mean ~16 B in all: a 33 GB F16 intermediate and well over
+# 20 minutes of single-threaded quantising on 2 cores; this one builds in about 11, and 64 experts
+# with 8 used give the same routing statistics (a pass over k tokens reads the union of their
+# experts) at any size.
+SHAPES = {"1.7b": (6, 28, 0, 0), "moe": (2, 34, 64, 8)}
 SEED = 1729
 
 # Per-block tensors, by suffix. Vectors over residual channels or heads are tiled; the per-head
@@ -63,6 +84,10 @@ _MATRICES = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.wei
              "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}
 # An identity block writes nothing into the residual stream.
 _ZERO_IN_IDENTITY = {"attn_output.weight", "ffn_down.weight"}
+# Sparse upcycling: each dense FFN matrix becomes the stack of its expert copies (llama.cpp's names).
+_EXPERT_OF = {"ffn_gate.weight": "ffn_gate_exps.weight", "ffn_up.weight": "ffn_up_exps.weight",
+              "ffn_down.weight": "ffn_down_exps.weight"}
+ROUTER = "ffn_gate_inp.weight"
 
 
 def block_positions(n_src: int, n_dst: int) -> list:
@@ -124,6 +149,21 @@ def identity_tensor(suffix, shape, seed, block):
     raise ValueError(f"no identity value for a block tensor '{suffix}'")
 
 
+def router_tensor(n_expert, n_embd, norm_rms, seed, block):
+    """ffn_gate_inp [n_expert, n_embd]: N(0, s^2), s = 1 / (sqrt(n_embd) * norm_rms), so that the
+    logits of an input of RMS norm_rms (the block's ffn_norm output) spread with std about 1."""
+    ss = np.random.SeedSequence([seed, block, zlib.crc32(ROUTER.encode())])
+    rng = np.random.Generator(np.random.PCG64(ss))
+    scale = 1.0 / (math.sqrt(n_embd) * norm_rms)
+    return (rng.standard_normal((n_expert, n_embd)) * scale).astype(np.float32)
+
+
+def expert_copies(dense, n_expert):
+    """[n_expert, *dense.shape]: n_expert copies of the dense matrix, rounded to F16 once."""
+    a = np.asarray(dense).astype(np.float16)
+    return np.broadcast_to(a[None], (n_expert,) + a.shape)
+
+
 # -- files --
 
 def _split_block(name):
@@ -134,15 +174,17 @@ def _split_block(name):
     return None, None, name
 
 
-def _copy_metadata(w, f, replace, add):
-    """Every key of f in its order and type, with the values in `replace` ({key: value}); then the
-    keys in `add` ({key: (gguf type, value)}, arrays as (ARRAY, (element type, values)))."""
+def _copy_metadata(w, f, replace, add, rename=None):
+    """Every key of f in its order and type, with the values in `replace` ({key: value}) and the
+    names rename(key) (when given); then the keys in `add` ({key: (gguf type, value)}, arrays as
+    (ARRAY, (element type, values)))."""
     for key, value in f.metadata.items():
         value = replace.get(key, value)
+        name = rename(key) if rename else key
         if f.types[key] == gw.ARRAY:
-            w.add_array(key, f.array_types[key], value)
+            w.add_array(name, f.array_types[key], value)
         else:
-            w.add(key, f.types[key], value)
+            w.add(name, f.types[key], value)
     missing = set(replace) - set(f.metadata)
     if missing:
         raise ValueError(f"{f.path}: no metadata key {sorted(missing)}")
@@ -162,17 +204,21 @@ def _sha256(path):
 
 
 class _Bar:
-    """One progress line on stderr, redrawn when it grows (a few dozen writes, also in a log file)."""
+    """One progress line on stderr, redrawn when it grows (a few dozen writes, also in a log file).
+    It fills by bytes, not by tensors: an upcycled model's expert stacks are most of the file."""
 
-    def __init__(self, label):
-        self.label, self.shown = label, -1
+    def __init__(self, label, sizes):
+        self.label, self.shown, self.t0 = label, -1, time.monotonic()
+        self.done = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])  # bytes before tensor i
 
     def __call__(self, i, n, name):
-        filled = 30 * i // max(1, n)
+        total = int(self.done[-1])
+        filled = int(30 * int(self.done[i]) // max(1, total))
         if filled == self.shown and i != n:
             return
         self.shown = filled
-        print(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {i}/{n} tensors {name[:28]:<28}",
+        print(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {int(self.done[i]) / 1e9:.2f}/{total / 1e9:.2f} GB "
+              f"{i}/{n} tensors {time.monotonic() - self.t0:.0f} s {name[:28]:<28}",
               end="\n" if i == n else "", file=sys.stderr, flush=True)
 
 
@@ -180,13 +226,15 @@ def _write(w, out, label):
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    digest = w.write(tmp, progress=_Bar(label))
+    sizes = [int(np.prod(shape, dtype=np.int64)) * (4 if gtype == gw.GGML_F32 else 2) for _, shape, gtype, _ in w.tensors]
+    digest = w.write(tmp, progress=_Bar(label, sizes))
     os.replace(tmp, out)
     return digest
 
 
-def target_writer(f, m, n_blocks, seed, name, source_sha256):
-    """(GGUFWriter of the inflated qwen3 target, block positions)."""
+def target_writer(f, m, n_blocks, seed, name, source_sha256, n_expert=0, n_used=0):
+    """(GGUFWriter of the inflated qwen3 target, block positions); with n_expert, of the upcycled
+    qwen3moe target (n_expert copies of each FFN, n_used chosen per token)."""
     md = f.metadata
     arch = md.get("general.architecture")
     if arch != "qwen3":
@@ -195,23 +243,36 @@ def target_writer(f, m, n_blocks, seed, name, source_sha256):
     n_head, n_head_kv = md["qwen3.attention.head_count"], md["qwen3.attention.head_count_kv"]
     if n_head % n_head_kv:
         raise ValueError(f"{f.path}: n_head {n_head} is not a multiple of n_head_kv {n_head_kv}")
+    if n_expert and not 1 <= n_used <= n_expert:
+        raise ValueError(f"{n_used} experts used of {n_expert}: need 1 <= used <= experts")
     pos = block_positions(n_src, n_blocks)
     src_of = {p: i for i, p in enumerate(pos)}
+    n_embd, n_ff = md["qwen3.embedding_length"] * m, md["qwen3.feed_forward_length"] * m
 
     w = gw.GGUFWriter()
+    out_arch = "qwen3moe" if n_expert else "qwen3"
+    # qwen3moe's keys are qwen3's under its own prefix, plus the experts' (feed_forward_length, the
+    # dense width, stays: each expert is that wide).
+    moe_keys = {
+        "qwen3moe.expert_count": (gw.UINT32, n_expert),
+        "qwen3moe.expert_used_count": (gw.UINT32, n_used),
+        "qwen3moe.expert_feed_forward_length": (gw.UINT32, n_ff),
+    } if n_expert else {}
     _copy_metadata(w, f, {
+        "general.architecture": out_arch,
         "general.name": name,
         "qwen3.block_count": n_blocks,
-        "qwen3.embedding_length": md["qwen3.embedding_length"] * m,
-        "qwen3.feed_forward_length": md["qwen3.feed_forward_length"] * m,
+        "qwen3.embedding_length": n_embd,
+        "qwen3.feed_forward_length": n_ff,
         "qwen3.attention.head_count": n_head * m,
         "qwen3.attention.head_count_kv": n_head_kv * m,
     }, {
+        **moe_keys,
         "dspark.inflate.source_sha256": (gw.STRING, source_sha256),
         "dspark.inflate.width_mult": (gw.UINT32, m),
         "dspark.inflate.seed": (gw.UINT64, seed),
         "dspark.inflate.source_blocks": (gw.ARRAY, (gw.INT32, pos)),  # new index of original block i
-    })
+    }, rename=lambda k: out_arch + k[len("qwen3"):] if k.startswith("qwen3.") else k)
     T, info = f.tensors, f.tensor_info
     unknown = [n for n in T if not n.startswith("blk.") and n not in ("token_embd.weight", "output_norm.weight",
                                                                       "output.weight")]
@@ -231,9 +292,19 @@ def target_writer(f, m, n_blocks, seed, name, source_sha256):
             src = f"blk.{src_of.get(j, 0)}.{s}"  # an identity block takes block 0's shapes and types
             shape = _inflated_block_shape(s, T[src].shape, m)
             if j in src_of:
-                add(f"blk.{j}.{s}", src, shape, lambda src=src, s=s: _inflate_block_tensor(s, T[src], m))
+                produce = lambda src=src, s=s: _inflate_block_tensor(s, T[src], m)
             else:
-                add(f"blk.{j}.{s}", src, shape, lambda s=s, shape=shape, j=j: identity_tensor(s, shape, seed, j))
+                produce = lambda s=s, shape=shape, j=j: identity_tensor(s, shape, seed, j)
+            if not (n_expert and s in _EXPERT_OF):
+                add(f"blk.{j}.{s}", src, shape, produce)
+                continue
+            if s == "ffn_gate.weight":  # the router goes first, as llama.cpp's converter writes it
+                norm = T[f"blk.{src_of[j]}.ffn_norm.weight"] if j in src_of else np.ones(1)
+                norm_rms = float(np.sqrt(np.mean(np.square(np.asarray(norm, dtype=np.float64)))))
+                w.add_tensor_lazy(f"blk.{j}.{ROUTER}", (n_expert, n_embd), gw.GGML_F32,
+                                  lambda j=j, r=norm_rms: router_tensor(n_expert, n_embd, r, seed, j))
+            w.add_tensor_lazy(f"blk.{j}.{_EXPERT_OF[s]}", (n_expert,) + shape, gw.GGML_F16,
+                              lambda p=produce: expert_copies(p(), n_expert))
     norm = T["output_norm.weight"]
     add("output_norm.weight", "output_norm.weight", (norm.shape[0] * m,), lambda: tile_vector(norm, m))
     # The LM head consumes residual channels: tiled / m; from the embedding when it was tied.
@@ -309,14 +380,29 @@ def dspark_writer(f, m, n_embd_target, pos, name, source_sha256):
     return w, new_taps
 
 
+def count_parameters(w, n_expert=0, n_used=0):
+    """(parameters, parameters a token reads) of a writer's tensors: of an expert stack, the
+    n_used experts chosen."""
+    total = active = 0
+    for name, shape, _, _ in w.tensors:
+        n = int(np.prod(shape, dtype=np.int64))
+        total += n
+        active += n * n_used // n_expert if n_expert and name.endswith("_exps.weight") else n
+    return total, active
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default=str(TARGET_GGUF), help="the qwen3 target to inflate (F16/F32 GGUF)")
     ap.add_argument("--out", help="the inflated target (F16 GGUF); without it only the drafter is converted")
     ap.add_argument("--shape", choices=sorted(SHAPES), help="a named shape: " + ", ".join(
-        f"{k} = width x{m}, {b} blocks" for k, (m, b) in SHAPES.items()))
+        f"{k} = width x{m}, {b} blocks" + (f", {e} experts ({u} used)" if e else "")
+        for k, (m, b, e, u) in SHAPES.items()))
     ap.add_argument("--width-mult", type=int, help="width multiplier (overrides --shape's)")
     ap.add_argument("--blocks", type=int, help="blocks of the inflated target (overrides --shape's)")
+    ap.add_argument("--moe-experts", type=int, help="write a qwen3moe target with this many copies of "
+                    "each FFN as experts (overrides --shape's; 0: dense)")
+    ap.add_argument("--moe-used", type=int, help="experts used per token (with --moe-experts)")
     ap.add_argument("--seed", type=int, default=SEED, help="seed of the identity blocks' random projections")
     ap.add_argument("--name", help="general.name of the inflated target (default: the source's, with the shape)")
     ap.add_argument("--dspark", help=f"also convert this DSpark drafter (dflash GGUF, e.g. {DSPARK_GGUF.name})")
@@ -328,19 +414,28 @@ def main(argv=None):
         ap.error("nothing to write: give --out, --dspark-out or both")
 
     f = gguf_reader.read(a.target)
-    m, n_blocks = SHAPES.get(a.shape, (1, f.metadata["qwen3.block_count"]))
+    m, n_blocks, n_expert, n_used = SHAPES.get(a.shape, (1, f.metadata["qwen3.block_count"], 0, 0))
     m = a.width_mult or m
     n_blocks = a.blocks or n_blocks
+    n_expert = n_expert if a.moe_experts is None else a.moe_experts
+    n_used = (n_used if n_expert else 0) if a.moe_used is None else a.moe_used
     if m < 1:
         ap.error("--width-mult must be at least 1")
-    tag = a.shape if a.shape and not (a.width_mult or a.blocks) else f"x{m}-{n_blocks}L"
+    if n_expert and not (n_used and 1 <= n_used <= n_expert):
+        ap.error(f"--moe-used must be between 1 and the {n_expert} experts")
+    if not n_expert and n_used:
+        ap.error("--moe-used needs --moe-experts")
+    overridden = a.width_mult or a.blocks or a.moe_experts is not None or a.moe_used is not None
+    tag = a.shape if a.shape and not overridden else f"x{m}-{n_blocks}L" + (f"-e{n_expert}k{n_used}" if n_expert else "")
     name = a.name or f"{f.metadata.get('general.name', 'model')}-{tag}"
 
-    w, pos = target_writer(f, m, n_blocks, a.seed, name, _sha256(a.target))
-    params = sum(int(np.prod(shape)) for _, shape, _, _ in w.tensors)
+    w, pos = target_writer(f, m, n_blocks, a.seed, name, _sha256(a.target), n_expert, n_used)
+    params, active = count_parameters(w, n_expert, n_used)
+    experts = f", {n_expert} experts of which {n_used} used per token" if n_expert else ""
     print(f"inflate: {a.target}: width {f.metadata['qwen3.embedding_length']} -> "
           f"{f.metadata['qwen3.embedding_length'] * m}, blocks {f.metadata['qwen3.block_count']} -> {n_blocks} "
-          f"(originals at {pos}), {params / 1e9:.3f} B parameters", file=sys.stderr, flush=True)
+          f"(originals at {pos}){experts}, {params / 1e9:.3f} B parameters"
+          + (f", {active / 1e9:.3f} B active" if n_expert else ""), file=sys.stderr, flush=True)
     digests = []
     if a.out:
         digests.append((_write(w, a.out, f"inflate {Path(a.out).name}"), a.out))

@@ -1,8 +1,12 @@
-"""Pure-numpy forward pass of a qwen3 GGUF, written from llama.cpp's graph (not from model.py).
+"""Pure-numpy forward pass of a qwen3 or qwen3moe GGUF, written from llama.cpp's graph (not from
+model.py).
 
 It is the independent check that the exported file means what the PyTorch model computes:
 same tensor names, orientation (ne = [in, out]), per-head q/k norm, NeoX RoPE, GQA head mapping,
 tied output. float64 throughout, so differences to PyTorch are PyTorch's float32 rounding.
+qwen3moe (llama.cpp's models/qwen3moe.cpp) has the same attention and, instead of the FFN, a
+mixture: softmax over the router's logits, the expert_used_count most probable experts (ties to the
+lower index), their probabilities normalised to sum 1, each expert a SwiGLU FFN.
 
     /usr/bin/python3 -m dspark_train ref-forward models/ref-target.gguf 1 2 3   # prints argmaxes
 """
@@ -27,12 +31,61 @@ def _rope_neox(x, pos, base):
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
 
-def forward(gguf, ids, arch="qwen3", taps=None):
+class _Float64:
+    """A GGUF file's tensors as float64, converted when read (not all at once: an upcycled model's
+    expert stacks would take gigabytes)."""
+
+    def __init__(self, f):
+        self.t = f.tensors
+
+    def __getitem__(self, name):
+        return np.asarray(self.t[name], dtype=np.float64)
+
+    def __contains__(self, name):
+        return name in self.t
+
+    def get(self, name, default):
+        return self[name] if name in self.t else default
+
+
+def _swiglu(h, gate, up, down):
+    g, u = h @ gate.T, h @ up.T
+    return (g / (1 + np.exp(-g)) * u) @ down.T
+
+
+def route(logits, k):
+    """(expert ids [T, k], weights [T, k]): the k most probable experts of softmax(logits) (ties to
+    the lower index), their probabilities normalised to sum 1 (qwen3moe always normalises)."""
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    ids = np.argsort(-p, axis=-1, kind="stable")[:, :k]
+    w = np.take_along_axis(p, ids, -1)
+    return ids, w / w.sum(-1, keepdims=True)
+
+
+def _moe(h, T, p, k, routes, il):
+    """The mixture of experts of block p for the rows of h; each expert's weights converted once."""
+    ids, w = route(h @ T[p + "ffn_gate_inp.weight"].T, k)
+    if routes is not None:
+        routes[il] = ids
+    gate, up, down = (T.t[p + n] for n in ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"))
+    out = np.zeros_like(h)
+    for e in np.unique(ids):
+        rows, slot = np.nonzero(ids == e)
+        y = _swiglu(h[rows], *(np.asarray(t[e], dtype=np.float64) for t in (gate, up, down)))
+        out[rows] += w[rows, slot][:, None] * y
+    return out
+
+
+def forward(gguf, ids, arch=None, taps=None, routes=None):
     """Logits [T, n_vocab] for the token ids (positions 0..T-1), float64. With taps (layer indices
     0..n_layer), also the residual stream entering each of those layers, {il: [T, n_embd]}
-    (n_layer: the final pre-norm state): llama.cpp's t_layer_inp, what dflash.target_layers name."""
+    (n_layer: the final pre-norm state): llama.cpp's t_layer_inp, what dflash.target_layers name.
+    arch: the metadata prefix (default: general.architecture). routes: a dict that receives each
+    mixture block's chosen experts, {il: [T, k]}."""
     f = gguf if isinstance(gguf, gguf_reader.GGUFFile) else gguf_reader.read(gguf)
-    md, W = f.metadata, {k: np.asarray(v, dtype=np.float64) for k, v in f.tensors.items()}
+    md, W = f.metadata, _Float64(f)
+    arch = arch or md.get("general.architecture", "qwen3")
     n_layer = md[f"{arch}.block_count"]
     n_head, n_head_kv = md[f"{arch}.attention.head_count"], md[f"{arch}.attention.head_count_kv"]
     hd = md[f"{arch}.attention.key_length"]
@@ -61,8 +114,10 @@ def forward(gguf, ids, arch="qwen3", taps=None):
             out[:, hh] = (s / s.sum(-1, keepdims=True)) @ v[:, kv]
         x = x + out.reshape(T, -1) @ W[p + "attn_output.weight"].T
         h = _rms(x, W[p + "ffn_norm.weight"], eps)
-        g, u = h @ W[p + "ffn_gate.weight"].T, h @ W[p + "ffn_up.weight"].T
-        x = x + (g / (1 + np.exp(-g)) * u) @ W[p + "ffn_down.weight"].T
+        if p + "ffn_gate_inp.weight" in W:
+            x = x + _moe(h, W, p, md[f"{arch}.expert_used_count"], routes, il)
+        else:
+            x = x + _swiglu(h, W[p + "ffn_gate.weight"], W[p + "ffn_up.weight"], W[p + "ffn_down.weight"])
     if taps is not None and n_layer in taps:
         tapped[n_layer] = x.copy()
     x = _rms(x, W["output_norm.weight"], eps)

@@ -3,7 +3,9 @@ the converted DSpark drafter drafts what it drafted, and the output is determini
 
 Small inflations of the bundled models keep it fast: width x2 with 8 -> 11 blocks (the division by
 2 is exact, so this checks the layout: tiling, GQA pairing, identity blocks, untied head, taps),
-and width x3 (w / 3 is rounded to F16: this checks that the rounding stays harmless).
+width x3 (w / 3 is rounded to F16: this checks that the rounding stays harmless), and width x2 with
+8 -> 10 blocks upcycled to 4 experts with 2 used (the qwen3moe layout, routing, identity blocks as
+mixtures).
 
     cd tools/train && /usr/bin/python3 -m pytest tests/test_inflate.py
 """
@@ -23,7 +25,7 @@ from dspark_train import gguf_reader
 from dspark_train import inflate
 from dspark_train import ref_forward
 from dspark_train import tokenizer as tok
-from dspark_train.paths import DSPARK_GGUF, REPO_ROOT, TARGET_GGUF
+from dspark_train.paths import DRAFT_GGUF, DSPARK_GGUF, REPO_ROOT, TARGET_GGUF
 
 PROMPTS = REPO_ROOT / "bench" / "prompts" / "code-completion.jsonl"  # the test split: held out
 
@@ -202,6 +204,102 @@ class TestInflateBundled(unittest.TestCase):
         self.assertGreater(spec_s["stats"]["accepted"], 0)
         np.testing.assert_allclose(spec_s["stats"]["predicted_survival_per_position"],
                                    spec_b["stats"]["predicted_survival_per_position"], atol=1e-4)
+
+
+def generate_json(target, prompt, *args):
+    """`dspark generate --json` (greedy) of the built engine, parsed."""
+    binary = Path(os.environ.get("DSPARK_BIN") or REPO_ROOT / "build" / "bin" / "dspark")
+    if not binary.is_file():
+        raise AssertionError(f"no dspark binary at {binary}: make build, or set DSPARK_BIN")
+    out = subprocess.run([str(binary), "generate", "-m", str(target), "-p", prompt, "-n", "48", "-t", "2",
+                          "--json", *args], check=True, capture_output=True, text=True).stdout
+    return json.loads(out[out.index("{"):])
+
+
+class TestInflateMoe(unittest.TestCase):
+    """Sparse upcycling: width x2, 8 -> 10 blocks, 4 experts with 2 used per token."""
+
+    ARGS = ("--width-mult", "2", "--blocks", "10", "--moe-experts", "4", "--moe-used", "2")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.target, _ = run_inflate(cls.tmp.name, *cls.ARGS, dspark=False)
+        cls.seqs = held_out()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_qwen3moe_layout(self):
+        src, f = gguf_reader.read(TARGET_GGUF), gguf_reader.read(self.target)
+        md = f.metadata
+        self.assertEqual(md["general.architecture"], "qwen3moe")
+        self.assertEqual(md["general.name"], src.metadata["general.name"] + "-x2-10L-e4k2")
+        self.assertFalse([k for k in md if k.startswith("qwen3.")])
+        for key, value in (("block_count", 10), ("embedding_length", 768), ("feed_forward_length", 2048),
+                           ("expert_count", 4), ("expert_used_count", 2), ("expert_feed_forward_length", 2048),
+                           ("attention.head_count", 12), ("attention.head_count_kv", 4)):
+            self.assertEqual(md["qwen3moe." + key], value, key)
+            self.assertEqual(f.types["qwen3moe." + key], 4, key)  # uint32, as llama.cpp writes them
+        for key in ("rope.freq_base", "attention.layer_norm_rms_epsilon", "context_length", "attention.key_length"):
+            self.assertEqual(md["qwen3moe." + key], src.metadata["qwen3." + key], key)
+        self.assertEqual(md["dspark.inflate.source_blocks"], [0, 1, 3, 4, 5, 6, 8, 9])  # 2, 7: identity
+        info = f.tensor_info
+        self.assertEqual(info["blk.0.ffn_gate_inp.weight"][:2], ([768, 4], 0))  # F32 router
+        self.assertEqual(info["blk.0.ffn_gate_exps.weight"][:2], ([768, 2048, 4], 1))
+        self.assertEqual(info["blk.0.ffn_up_exps.weight"][:2], ([768, 2048, 4], 1))
+        self.assertEqual(info["blk.0.ffn_down_exps.weight"][:2], ([2048, 768, 4], 1))
+        self.assertFalse([n for n in info if n.endswith(("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"))])
+        self.assertEqual(len(info), 2 + 10 * 12 + 1)
+        # every expert is the dense FFN, tiled; an identity block's experts add nothing
+        dense = inflate.tile_matrix(src.tensors["blk.1.ffn_down.weight"], 2).astype(np.float16)
+        for e in range(4):
+            np.testing.assert_array_equal(f.tensors["blk.1.ffn_down_exps.weight"][e], dense)
+        self.assertFalse(np.any(f.tensors["blk.2.ffn_down_exps.weight"]))
+        self.assertTrue(np.any(f.tensors["blk.2.ffn_gate_exps.weight"]))
+        self.assertTrue(np.any(f.tensors["blk.2.ffn_gate_inp.weight"]))
+
+    def test_next_token_distribution_matches_and_routing_varies(self):
+        for ids in self.seqs:
+            routes = {}
+            small = ref_forward.forward(TARGET_GGUF, ids)
+            big = ref_forward.forward(self.target, ids, routes=routes)
+            kl = kl_per_token(small, big)
+            self.assertLessEqual(kl.mean(), 1e-4)
+            self.assertLessEqual(kl.max(), 1e-4)
+            np.testing.assert_array_equal(small.argmax(-1), big.argmax(-1))
+            # Each block, original or identity, uses every expert and most pairs of them: the
+            # router spreads tokens, it does not send them all one way.
+            self.assertEqual(sorted(routes), list(range(10)))
+            for il, chosen in routes.items():
+                counts = np.bincount(chosen.ravel(), minlength=4)
+                self.assertGreater(counts.min(), len(ids) // 10, f"block {il}: {counts}")
+                self.assertGreaterEqual(len({tuple(sorted(c)) for c in chosen}), 5, f"block {il}")
+
+    def test_engine_generates_what_the_small_target_does(self):
+        """build/bin/dspark on the upcycled F16 file: the bundled target's greedy tokens, also
+        speculatively with the unchanged draft model."""
+        prompt = 'def fibonacci(n):\\n    """Return the n-th Fibonacci number."""\\n'
+        small, big = generate_json(TARGET_GGUF, prompt), generate_json(self.target, prompt)
+        self.assertEqual(small["ids"], big["ids"])
+        spec = generate_json(self.target, prompt, "-md", str(DRAFT_GGUF), "--spec-type", "draft-simple",
+                             "--spec-draft-n-max", "4")
+        self.assertEqual(spec["ids"], big["ids"])
+        self.assertGreater(spec["stats"]["accepted"], 0)
+
+    def test_router_is_seeded_and_the_named_shape_is_what_the_docs_say(self):
+        f = gguf_reader.read(TARGET_GGUF)
+        r = [inflate.router_tensor(64, 768, 1.0, seed, 3) for seed in (inflate.SEED, inflate.SEED, 7)]
+        np.testing.assert_array_equal(r[0], r[1])
+        self.assertFalse(np.array_equal(r[0], r[2]))
+        self.assertAlmostEqual(float(r[0].std()) * np.sqrt(768), 1.0, delta=0.02)
+        m, blocks, experts, used = inflate.SHAPES["moe"]
+        w, _ = inflate.target_writer(f, m, blocks, inflate.SEED, "x", "0", experts, used)  # lazy: nothing made
+        total, active = inflate.count_parameters(w, experts, used)
+        self.assertEqual((m, blocks, experts, used), (2, 34, 64, 8))
+        self.assertAlmostEqual(total / 1e9, 10.33, delta=0.01)
+        self.assertAlmostEqual(active / 1e9, 1.35, delta=0.01)
 
 
 class TestInflateRounding(unittest.TestCase):
