@@ -27,8 +27,10 @@ status=0
 for t in "${TARGETS[@]}"; do
   work=build-fuzz/work/$t
   mkdir -p "$work"
-  seeds=(tests/fuzz/corpus/"$t")
-  [ "$t" = jinja ] && seeds+=(tests/data/templates)
+  seeds=()
+  for d in tests/fuzz/corpus/"$t" $([ "$t" = jinja ] && echo tests/data/templates); do
+    [ -d "$d" ] && seeds+=("$d")
+  done
   log=build-fuzz/work/$t.log
   if build-fuzz/fuzz/${t}_fuzz -max_total_time="$SECS" -timeout="$TIMEOUT" -rss_limit_mb=2048 \
        -dict=tests/fuzz/$t.dict -artifact_prefix="$work-" -print_final_stats=1 "$work" "${seeds[@]}" >"$log" 2>&1; then
