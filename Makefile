@@ -40,7 +40,7 @@ DRAFTERS += $(Q8)/ref-dspark-q8_0.gguf
 SPEC2 ?= --spec-type draft-dspark -md $(Q8)/ref-dspark-q8_0.gguf --spec-ngram-first --spec-schedule cut --spec-draft-n-max 3
 endif
 
-# The memory-bound reference pair (README.md, "Memory-bound reference pair"): the bundled target
+# The memory-bound reference pair (docs/reference-pair.md): the bundled target
 # inflated to Qwen3-1.7B's size without changing what it predicts (tools/train: `inflate`), with the
 # DSpark drafter converted to match; the unchanged draft model serves it as it is. The F16 target
 # (3.2 GB) is only the quantiser's input: make deletes it after quantising (.INTERMEDIATE) and does
