@@ -9,13 +9,33 @@
 
 namespace dspark {
 
+namespace {
+
+// RouteExperts' working rows, per calling thread: routing runs in every mixture block of every
+// pass, and these are sized once.
+struct RouteScratch {
+  std::vector<float> probs, score, group_score;
+  std::vector<int32_t> order, group_order;
+  std::vector<char> kept;
+};
+
+}  // namespace
+
 void RouteExperts(const MoeConfig& moe, const float* logits, int n, int32_t* ids, float* weights, const float* bias) {
   const int n_expert = moe.n_expert, k = moe.n_expert_used;
-  std::vector<float> probs(n_expert), score(n_expert);
-  std::vector<int32_t> order(n_expert);
   const int groups = moe.n_group > 1 ? moe.n_group : 0, per_group = groups > 0 ? n_expert / groups : 0;
-  std::vector<float> group_score(groups);
-  std::vector<int32_t> group_order(groups);
+  thread_local RouteScratch rs;
+  rs.probs.resize(n_expert);
+  rs.score.resize(n_expert);
+  rs.order.resize(n_expert);
+  rs.group_score.resize(groups);
+  rs.group_order.resize(groups);
+  rs.kept.resize(groups);
+  std::vector<float>& probs = rs.probs;
+  std::vector<float>& score = rs.score;
+  std::vector<int32_t>& order = rs.order;
+  std::vector<float>& group_score = rs.group_score;
+  std::vector<int32_t>& group_order = rs.group_order;
   const auto better = [](const std::vector<float>& v) {
     return [&v](int32_t a, int32_t b) { return v[a] != v[b] ? v[a] > v[b] : a < b; };
   };
@@ -43,10 +63,10 @@ void RouteExperts(const MoeConfig& moe, const float* logits, int n, int32_t* ids
       std::iota(group_order.begin(), group_order.end(), 0);
       std::partial_sort(group_order.begin(), group_order.begin() + moe.n_group_used, group_order.end(),
                         better(group_score));
-      std::vector<bool> kept(groups, false);
-      for (int g = 0; g < moe.n_group_used; ++g) kept[group_order[g]] = true;
+      std::fill(rs.kept.begin(), rs.kept.end(), 0);
+      for (int g = 0; g < moe.n_group_used; ++g) rs.kept[group_order[g]] = 1;
       for (int e = 0; e < n_expert; ++e)
-        if (!kept[e / per_group]) score[e] = -INFINITY;
+        if (!rs.kept[e / per_group]) score[e] = -INFINITY;
     }
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(), better(score));
@@ -70,7 +90,7 @@ namespace {
 // Per calling thread, reused across passes.
 struct MoeScratch {
   std::vector<float> logits, weights, rows_in, gate_up, act, up, rows_out, outs;
-  std::vector<int32_t> ids, slots, first;
+  std::vector<int32_t> ids, slots, first, fill;
 };
 
 }  // namespace
@@ -92,10 +112,8 @@ int MoeFfn(const MoeConfig& moe, const LayerWeights& L, const float* h, int n, i
   for (int32_t e : s.ids) ++s.first[e + 1];
   for (int e = 0; e < n_expert; ++e) s.first[e + 1] += s.first[e];
   s.slots.resize(s.ids.size());
-  {
-    std::vector<int32_t> fill(s.first.begin(), s.first.end() - 1);
-    for (size_t slot = 0; slot < s.ids.size(); ++slot) s.slots[fill[s.ids[slot]]++] = static_cast<int32_t>(slot);
-  }
+  s.fill.assign(s.first.begin(), s.first.end() - 1);
+  for (size_t slot = 0; slot < s.ids.size(); ++slot) s.slots[s.fill[s.ids[slot]]++] = static_cast<int32_t>(slot);
 
   s.outs.resize(s.ids.size() * d);  // [row * k + choice, n_embd]
   int experts_read = 0;
