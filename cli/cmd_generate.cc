@@ -173,7 +173,8 @@ int RunGenerate(GenerateFlags f) {
   // writing and flushing each token to a pipe would count against speculation alone in the
   // speed-up. Both runs are timed alike and the text is printed after them.
   const bool stream = !f.json && !f.compare;
-  auto result = engine.GenerateFromIds(*prompt_ids, opt, [&](int32_t, std::string_view text, TokenSource) {
+  auto result = engine.GenerateFromIds(*prompt_ids, opt, [&](const TokenEvent& t) {
+    const std::string_view text = t.text;
     if (stream && !text.empty()) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);

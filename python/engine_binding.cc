@@ -161,7 +161,7 @@ class Engine {
       auto last_check = std::chrono::steady_clock::now();
       // Ctrl-C: every 50 ms take the GIL and let Python run its signal handlers; a raised
       // KeyboardInterrupt stays set on this thread and cancels the request.
-      r = c.engine->GenerateFromIds(prompt, o, [&](int32_t, std::string_view, TokenSource) {
+      r = c.engine->GenerateFromIds(prompt, o, [&](const TokenEvent&) {
         const auto now = std::chrono::steady_clock::now();
         if (now - last_check < std::chrono::milliseconds(50)) return true;
         last_check = now;

@@ -46,7 +46,9 @@ TokenStream::TokenStream(std::shared_ptr<Core> core, std::vector<int32_t> prompt
     std::lock_guard<std::mutex> run(core->run_mu);
     Result<GenerateResult> r = Status(StatusCode::kCancelled, "cancelled before it started");
     if (!state->cancel.load()) {
-      r = core->engine->GenerateFromIds(prompt, options, [&](int32_t id, std::string_view text, TokenSource) {
+      r = core->engine->GenerateFromIds(prompt, options, [&](const TokenEvent& t) {
+        const int32_t id = t.id;
+        const std::string_view text = t.text;
         if (state->cancel.load()) return false;
         {
           std::lock_guard<std::mutex> lock(state->mu);

@@ -146,9 +146,9 @@ GenerateResult Run(EngineImpl& e, const GenerateFn& generate, const TokenCallbac
   std::exception_ptr callback_error;
   ::dspark::TokenCallback cb;
   if (on_token) {
-    cb = [&](int32_t id, std::string_view text, TokenSource source) {
+    cb = [&](const ::dspark::TokenEvent& t) {
       try {
-        return on_token(id, text, source == TokenSource::kDraft);
+        return on_token(t.id, t.text, t.source == TokenSource::kDraft);
       } catch (...) {
         callback_error = std::current_exception();
         return false;

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "util/status.h"
@@ -29,8 +31,30 @@ struct SamplingParams {
   float min_p = 0.0f;        // [0, 1); 0 = off
   uint64_t seed = 0;
   SamplerOrder order = SamplerOrder::kTemperatureFirst;
+  // Keyed draws: the draw for the token at generated position i uses KeyedRng(seed, i) instead of
+  // the next number of one sequential stream. Which tokens a drafter proposed, how many survived,
+  // and what else ran in the batch then cannot change the output: a seeded request is reproducible
+  // with speculation on or off and under any load (verification is coupled: VerifyKeyed).
+  bool keyed = false;
+
+  // Logit adjustments, applied to a position's logits before the transforms above
+  // (ApplyLogitAdjustments), from the tokens before that position.
+  // OpenAI's penalties, over the generated tokens (as vLLM and SGLang count them):
+  // logit -= frequency_penalty * count + presence_penalty * (count > 0). Each in [-2, 2].
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  // llama.cpp's repetition penalty over the last repeat_last_n tokens of prompt and output
+  // (-1: the whole context; 0: off): a positive logit is divided by it, a negative one multiplied.
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  // Added to a token's logit (OpenAI's logit_bias, in [-100, 100]; -100 in effect bans a token).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   bool greedy() const { return temperature <= 0.0f; }
+  bool adjusts_logits() const {
+    return frequency_penalty != 0.0f || presence_penalty != 0.0f || (repeat_penalty != 1.0f && repeat_last_n != 0) ||
+           !logit_bias.empty();
+  }
 };
 
 // "temp-first" / "temp-last" (flags and JSON fields name the orders so).
@@ -38,7 +62,8 @@ std::string_view SamplerOrderName(SamplerOrder order);
 Result<SamplerOrder> ParseSamplerOrder(std::string_view name);
 
 // Range checks with messages naming the field: temperature >= 0 and finite, top_k >= 0,
-// top_p in (0, 1], min_p in [0, 1).
+// top_p in (0, 1], min_p in [0, 1), penalties in [-2, 2], repeat_penalty > 0, repeat_last_n >= -1,
+// logit_bias values in [-100, 100] (ids are checked against the vocabulary by the engine).
 Status ValidateSamplingParams(const SamplingParams& params);
 
 // xoshiro256** seeded through splitmix64: fast, good quality, identical on every platform.
@@ -52,7 +77,26 @@ class Rng {
   uint64_t s_[4];
 };
 
+// The generator of the draw at generated position `position` of a keyed request.
+Rng KeyedRng(uint64_t seed, int64_t position);
+
 int32_t Argmax(const float* logits, int n_vocab);
+
+// Applies params' logit adjustments to one position's logits in place. The tokens before the
+// position are `committed` (prompt, then output) followed by `drafted` (draft tokens in front of
+// it inside a verification block, so that each row counts the ones before it); the first
+// `n_prompt` of `committed` are the prompt.
+void ApplyLogitAdjustments(float* logits, int n_vocab, const SamplingParams& params,
+                           std::span<const int32_t> committed, std::span<const int32_t> drafted, size_t n_prompt);
+
+// A token's log-probability under the softmax of `logits` (temperature 1), and the `n` most
+// probable tokens with theirs (ties to the lower id): OpenAI's logprobs.
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+TokenLogprob ComputeLogprob(const float* logits, int n_vocab, int32_t id, int n_top);
 
 // Dense sampling distribution over the vocabulary after the transforms. Filters: top-k keeps the k
 // most probable tokens (ties to the lower id); top-p keeps the smallest prefix of those, by

@@ -67,7 +67,8 @@ Result<int64_t> EngineLoop::Submit(std::vector<int32_t> prompt, GenerateOptions 
     RequestChannel::Clock::time_point last;
   };
   auto timing = std::make_shared<Timing>();
-  auto on_token = [this, channel, timing](int32_t id, std::string_view text, TokenSource source) {
+  auto on_token = [this, channel, timing](const TokenEvent& e) {
+    const int32_t id = e.id;
     if (id >= 0 && observer_ != nullptr) {
       const auto now = RequestChannel::Clock::now();
       if (timing->first)
@@ -80,8 +81,9 @@ Result<int64_t> EngineLoop::Submit(std::vector<int32_t> prompt, GenerateOptions 
     StreamEvent ev;
     ev.kind = StreamEvent::Kind::kToken;
     ev.id = id;
-    ev.text = std::string(text);
-    ev.source = source;
+    ev.text = std::string(e.text);
+    ev.source = e.source;
+    if (e.logprob != nullptr) ev.logprob = *e.logprob;
     channel->Push(std::move(ev));
     return true;
   };

@@ -28,6 +28,7 @@ struct StreamEvent {
   int32_t id = -1;  // -1: the final flush of held-back text
   std::string text;
   TokenSource source = TokenSource::kTarget;
+  std::optional<TokenLogprob> logprob;  // when the request asked for logprobs
   GenerateResult result;  // kDone only
 };
 

@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <ctime>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -40,6 +41,15 @@ using Clock = std::chrono::steady_clock;
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 const char* SourceName(TokenSource s) { return s == TokenSource::kDraft ? "draft" : "target"; }
+
+// A seed for a request that sent none. 53 bits: JavaScript clients read JSON numbers as doubles,
+// and the seed they get back must be the one that was used.
+uint64_t FreshSeed() {
+  static std::mutex mu;
+  static std::mt19937_64 gen(std::random_device{}());
+  std::lock_guard<std::mutex> lock(mu);
+  return gen() & ((uint64_t{1} << 53) - 1);
+}
 
 std::string Dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
@@ -140,11 +150,14 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
   const int room = n_ctx - static_cast<int>(ids.size());
   go.max_new_tokens = std::max(1, std::min(r.max_tokens.value_or(opt.default_max_tokens), room));
   go.sampling = r.sampling;
+  if (!r.seed_given) go.sampling.seed = FreshSeed();
+  go.logprobs = r.logprobs;
   go.stop = r.stop;
   go.ignore_eos = r.ignore_eos;
   go.speculate = r.speculate;
   auto channel = std::make_shared<RequestChannel>();
   channel->arrival = t0;
+  const uint64_t go_seed = go.sampling.seed;
   Result<int64_t> engine_id = loop->Submit(std::move(ids), std::move(go), channel);
   if (!engine_id.ok()) {
     ApiError e;
@@ -170,6 +183,8 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
   h.created = std::time(nullptr);
   h.model = r.model.empty() ? opt.model_name : r.model;
   h.endpoint = endpoint;
+  h.seed = go_seed;
+  const auto piece = [this](int32_t id) { return tokenizer.TokenToPiece(id, /*render_special=*/true); };
 
   if (!r.stream) {
     // Nothing is written until the generation ends, so no write can fail when the client hangs
@@ -212,8 +227,10 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
       SendError(res, e);
       o.http_status = 503;
     } else {
+      nlohmann::json logprobs = nullptr;
+      if (r.logprobs >= 0) logprobs = LogprobsWriter(endpoint, piece).Write(result.logprobs);
       res.set_content(Dump(Response(h, result.text, o.finish_reason, result.stats,
-                                    r.return_tokens ? &result.ids : nullptr)),
+                                    r.return_tokens ? &result.ids : nullptr, std::move(logprobs))),
                       "application/json");
     }
     return Finished(h.id, req.path, t0, o);
@@ -229,6 +246,7 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
     bool first = true;
     bool finished = false;
     bool return_tokens = false;
+    std::optional<LogprobsWriter> logprobs;
   };
   auto st = std::make_shared<StreamState>();
   st->channel = channel;
@@ -237,6 +255,7 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
   st->path = req.path;
   st->t0 = t0;
   st->return_tokens = r.return_tokens;
+  if (r.logprobs >= 0) st->logprobs.emplace(endpoint, piece);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -252,11 +271,14 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
           return false;
         }
         if (ev.kind == StreamEvent::Kind::kToken) {
-          // With return_tokens every token gets a chunk, even one whose text is still held back.
+          // With return_tokens or logprobs every token gets a chunk, even one whose text is still
+          // held back.
           const int32_t token = st->return_tokens ? ev.id : -1;
-          if (ev.text.empty() && token < 0) return true;
-          const std::string data =
-              SseEvent(TokenChunk(st->header, ev.text, SourceName(ev.source), st->first, token));
+          nlohmann::json logprobs = nullptr;
+          if (st->logprobs && ev.logprob) logprobs = st->logprobs->Write(std::span(&*ev.logprob, 1));
+          if (ev.text.empty() && token < 0 && logprobs.is_null()) return true;
+          const std::string data = SseEvent(
+              TokenChunk(st->header, ev.text, SourceName(ev.source), st->first, token, std::move(logprobs)));
           st->first = false;
           if (sink.write(data.data(), data.size())) return true;
           loop->Cancel(st->engine_id);

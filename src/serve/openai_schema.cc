@@ -1,5 +1,6 @@
 #include "serve/openai_schema.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -209,33 +210,8 @@ ApiError Unsupported(const std::string& field, const std::string& what) {
 
 // Fields of OpenAI features the server does not implement are accepted only at their neutral
 // value (what the client gets anyway); anything else is a 400, never silently ignored.
-std::optional<ApiError> CheckNeutral(const std::string& key, const ojson& v, Endpoint endpoint) {
-  const bool chat = endpoint == Endpoint::kChatCompletions;
+std::optional<ApiError> CheckNeutral(const std::string& key, const ojson& v) {
   if (v.is_null()) return std::nullopt;
-  if (key == "frequency_penalty" || key == "presence_penalty") {
-    if (!v.is_number()) return WrongType(key, "a number", v);
-    if (v.get<double>() != 0) return Unsupported(key, "repetition penalties are not implemented (only 0 is accepted)");
-    return std::nullopt;
-  }
-  if (key == "logit_bias") {
-    if (!v.is_object()) return WrongType(key, "an object", v);
-    if (!v.empty()) return Unsupported(key, "logit biases are not implemented (only {} is accepted)");
-    return std::nullopt;
-  }
-  if (key == "logprobs") {
-    if (chat) {
-      if (!v.is_boolean()) return WrongType(key, "a boolean", v);
-      if (v.get<bool>()) return Unsupported(key, "log probabilities are not returned (only false is accepted)");
-      return std::nullopt;
-    }
-    if (!v.is_number()) return WrongType(key, "an integer", v);
-    return Unsupported(key, "log probabilities are not returned (only null is accepted)");
-  }
-  if (key == "top_logprobs") {
-    if (!v.is_number()) return WrongType(key, "an integer", v);
-    if (v.get<double>() != 0) return Unsupported(key, "log probabilities are not returned (only 0 is accepted)");
-    return std::nullopt;
-  }
   if (key == "echo") {
     if (!v.is_boolean()) return WrongType(key, "a boolean", v);
     if (v.get<bool>()) return Unsupported(key, "the prompt is not echoed (only false is accepted)");
@@ -287,8 +263,9 @@ std::optional<FieldKind> FieldKindOf(const std::string& key, Endpoint endpoint) 
       {"stop", FieldKind::kRead},           {"stream", FieldKind::kRead},
       {"stream_options", FieldKind::kRead}, {"n", FieldKind::kRead},
       {"sampler_order", FieldKind::kRead},  {"dspark", FieldKind::kRead},
-      {"frequency_penalty", FieldKind::kNeutral}, {"presence_penalty", FieldKind::kNeutral},
-      {"logit_bias", FieldKind::kNeutral},  {"logprobs", FieldKind::kNeutral},
+      {"frequency_penalty", FieldKind::kRead}, {"presence_penalty", FieldKind::kRead},
+      {"repeat_penalty", FieldKind::kRead}, {"repeat_last_n", FieldKind::kRead},
+      {"logit_bias", FieldKind::kRead},     {"logprobs", FieldKind::kRead},
       {"user", FieldKind::kHarmless},       {"metadata", FieldKind::kHarmless},
       {"store", FieldKind::kHarmless},      {"service_tier", FieldKind::kHarmless},
   };
@@ -298,7 +275,7 @@ std::optional<FieldKind> FieldKindOf(const std::string& key, Endpoint endpoint) 
   };
   static const std::vector<std::pair<const char*, FieldKind>> kChat = {
       {"messages", FieldKind::kRead},          {"chat_template_kwargs", FieldKind::kRead},
-      {"top_logprobs", FieldKind::kNeutral},   {"tools", FieldKind::kNeutral},
+      {"top_logprobs", FieldKind::kRead},      {"tools", FieldKind::kNeutral},
       {"tool_choice", FieldKind::kNeutral},    {"response_format", FieldKind::kNeutral},
       {"parallel_tool_calls", FieldKind::kHarmless},
   };
@@ -314,7 +291,7 @@ std::optional<ApiError> CheckFields(const ojson& body, Endpoint endpoint) {
     const std::optional<FieldKind> kind = FieldKindOf(kv.key(), endpoint);
     if (!kind) return UnknownField(kv.key(), endpoint);
     if (*kind == FieldKind::kNeutral) {
-      if (auto e = CheckNeutral(kv.key(), kv.value(), endpoint)) return e;
+      if (auto e = CheckNeutral(kv.key(), kv.value())) return e;
     } else if (*kind == FieldKind::kHarmless) {
       if (auto e = CheckHarmless(kv.key(), kv.value())) return e;
     }
@@ -332,6 +309,70 @@ std::optional<ApiError> CheckFields(const ojson& body, Endpoint endpoint) {
   };
   if (auto e = check_keys("dspark", {"speculate", "ignore_eos", "return_tokens"})) return e;
   if (auto e = check_keys("stream_options", {"include_usage"})) return e;
+  return std::nullopt;
+}
+
+// OpenAI's frequency_penalty / presence_penalty ([-2, 2]), llama.cpp's repeat_penalty (> 0) and
+// repeat_last_n (>= -1), and logit_bias: {"token id": bias in [-100, 100]} (ids outside the
+// vocabulary are the engine's 400).
+std::optional<ApiError> ReadPenalties(const ojson& body, SamplingParams* s) {
+  for (auto [field, out] : {std::pair{"frequency_penalty", &s->frequency_penalty},
+                            std::pair{"presence_penalty", &s->presence_penalty}}) {
+    double v = 0;
+    if (auto e = ReadNumber(body, field, &v)) return e;
+    if (!(v >= -2 && v <= 2)) return OutOfRangeError(field, fmt::format("must be in [-2, 2], got {}", v));
+    *out = static_cast<float>(v);
+  }
+  double repeat = 1;
+  if (auto e = ReadNumber(body, "repeat_penalty", &repeat)) return e;
+  if (!(repeat > 0)) return OutOfRangeError("repeat_penalty", fmt::format("must be > 0 (1 = off), got {}", repeat));
+  s->repeat_penalty = static_cast<float>(repeat);
+  int64_t last_n = s->repeat_last_n;
+  if (auto e = ReadInt(body, "repeat_last_n", &last_n)) return e;
+  if (last_n < -1 || last_n > std::numeric_limits<int>::max())
+    return OutOfRangeError("repeat_last_n", fmt::format("must be >= -1 (-1 = the whole context), got {}", last_n));
+  s->repeat_last_n = static_cast<int>(last_n);
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return WrongType("logit_bias", "an object of token id to bias", *it);
+  for (auto kv = it->begin(); kv != it->end(); ++kv) {
+    const std::string param = fmt::format("logit_bias.{}", kv.key());
+    int64_t id = -1;
+    const std::string& k = kv.key();
+    const bool digits = !k.empty() && k.size() <= 10 && std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) id = std::stoll(k);
+    if (!digits || id > std::numeric_limits<int32_t>::max())
+      return BadRequest(param, "invalid_value", fmt::format("logit_bias keys must be token ids, got '{}'", k));
+    if (!kv.value().is_number()) return WrongType(param, "a number", kv.value());
+    const double bias = kv.value().get<double>();
+    if (!(bias >= -100 && bias <= 100)) return OutOfRangeError(param, fmt::format("must be in [-100, 100], got {}", bias));
+    s->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+  }
+  return std::nullopt;
+}
+
+// Completions: logprobs is an integer in [0, 20] (the alternatives per token). Chat: logprobs is a
+// boolean, top_logprobs in [0, 20] and only with logprobs true.
+std::optional<ApiError> ReadLogprobs(const ojson& body, Endpoint endpoint, int* out) {
+  constexpr int64_t kMaxTop = 20;
+  if (endpoint == Endpoint::kCompletions) {
+    int64_t n = -1;
+    bool present = false;
+    if (auto e = ReadInt(body, "logprobs", &n, &present)) return e;
+    if (!present) return std::nullopt;
+    if (n < 0 || n > kMaxTop) return OutOfRangeError("logprobs", fmt::format("must be in [0, {}], got {}", kMaxTop, n));
+    *out = static_cast<int>(n);
+    return std::nullopt;
+  }
+  bool on = false;
+  if (auto e = ReadBool(body, "logprobs", &on)) return e;
+  int64_t top = 0;
+  bool top_present = false;
+  if (auto e = ReadInt(body, "top_logprobs", &top, &top_present)) return e;
+  if (top_present && top != 0 && !on)
+    return BadRequest("top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
+  if (top < 0 || top > kMaxTop) return OutOfRangeError("top_logprobs", fmt::format("must be in [0, {}], got {}", kMaxTop, top));
+  if (on) *out = static_cast<int>(top);
   return std::nullopt;
 }
 
@@ -405,8 +446,12 @@ std::optional<ApiError> ParseRequest(std::string_view body_text, Endpoint endpoi
   out->sampling.top_k = static_cast<int>(std::min<int64_t>(top_k, std::numeric_limits<int>::max()));
 
   int64_t seed = 0;
-  if (auto e = ReadInt(body, "seed", &seed)) return e;
+  if (auto e = ReadInt(body, "seed", &seed, &out->seed_given)) return e;
   out->sampling.seed = static_cast<uint64_t>(seed);
+  out->sampling.keyed = out->seed_given;
+
+  if (auto e = ReadPenalties(body, &out->sampling)) return e;
+  if (auto e = ReadLogprobs(body, endpoint, &out->logprobs)) return e;
 
   // dspark's extension: where temperature sits in the sampler chain (sampling/sampling.h).
   if (auto it = body.find("sampler_order"); it != body.end() && !it->is_null()) {
@@ -575,9 +620,9 @@ nlohmann::json Envelope(const ResponseHeader& h, bool chunk) {
 }  // namespace
 
 nlohmann::json Response(const ResponseHeader& h, const std::string& text, const std::string& finish_reason,
-                        const SpecStats& stats, const std::vector<int32_t>* tokens) {
+                        const SpecStats& stats, const std::vector<int32_t>* tokens, nlohmann::json logprobs) {
   nlohmann::json j = Envelope(h, false);
-  nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
+  nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", std::move(logprobs)}};
   if (h.endpoint == Endpoint::kChatCompletions)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   else
@@ -585,14 +630,15 @@ nlohmann::json Response(const ResponseHeader& h, const std::string& text, const 
   if (tokens != nullptr) choice["tokens"] = *tokens;
   j["choices"] = nlohmann::json::array({choice});
   j["usage"] = Usage(stats.prompt_tokens, stats.generated_tokens);
+  j["seed"] = h.seed;
   j["dspark"] = SpecJson(stats);
   return j;
 }
 
 nlohmann::json TokenChunk(const ResponseHeader& h, const std::string& text, const char* source, bool first,
-                          int32_t token) {
+                          int32_t token, nlohmann::json logprobs) {
   nlohmann::json j = Envelope(h, true);
-  nlohmann::json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
+  nlohmann::json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", std::move(logprobs)}};
   if (h.endpoint == Endpoint::kChatCompletions) {
     choice["delta"] = {{"content", text}};
     if (first) choice["delta"]["role"] = "assistant";
@@ -614,7 +660,45 @@ nlohmann::json FinalChunk(const ResponseHeader& h, const std::string& finish_rea
     choice["text"] = "";
   j["choices"] = nlohmann::json::array({choice});
   j["usage"] = Usage(stats.prompt_tokens, stats.generated_tokens);
+  j["seed"] = h.seed;
   j["dspark"] = SpecJson(stats);
+  return j;
+}
+
+nlohmann::json LogprobsWriter::Write(std::span<const TokenLogprob> tokens) {
+  const auto bytes = [](const std::string& piece) {
+    nlohmann::json b = nlohmann::json::array();
+    for (unsigned char c : piece) b.push_back(static_cast<int>(c));
+    return b;
+  };
+  if (endpoint_ == Endpoint::kChatCompletions) {
+    nlohmann::json content = nlohmann::json::array();
+    for (const TokenLogprob& t : tokens) {
+      const std::string piece = piece_(t.id);
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& [id, lp] : t.top) {
+        const std::string p = piece_(id);
+        top.push_back({{"token", p}, {"logprob", lp}, {"bytes", bytes(p)}});
+      }
+      content.push_back({{"token", piece}, {"logprob", t.logprob}, {"bytes", bytes(piece)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  nlohmann::json j = {{"tokens", nlohmann::json::array()},
+                      {"token_logprobs", nlohmann::json::array()},
+                      {"top_logprobs", nlohmann::json::array()},
+                      {"text_offset", nlohmann::json::array()}};
+  for (const TokenLogprob& t : tokens) {
+    const std::string piece = piece_(t.id);
+    j["tokens"].push_back(piece);
+    j["token_logprobs"].push_back(t.logprob);
+    nlohmann::json top = nlohmann::json::object();
+    for (const auto& [id, lp] : t.top) top[piece_(id)] = lp;
+    if (t.top.empty()) top[piece] = t.logprob;
+    j["top_logprobs"].push_back(top);
+    j["text_offset"].push_back(offset_);
+    offset_ += static_cast<int64_t>(piece.size());
+  }
   return j;
 }
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +44,13 @@ struct ApiRequest {
   nlohmann::ordered_json template_vars = nlohmann::ordered_json::object();  // tools, chat_template_kwargs
   std::optional<int> max_tokens;  // absent: as many as the context allows (capped by the server)
   SamplingParams sampling;        // OpenAI's default temperature is 1
+  // Whether the client sent a seed. A seeded request draws keyed (sampling.keyed): its output does
+  // not depend on load, batch position, speculation or drafter. Without one the server draws a
+  // fresh seed (and returns it) and keeps rejection sampling, whose acceptance is higher.
+  bool seed_given = false;
+  // Log-probabilities: -1 none, else how many alternatives per token (completions: `logprobs`;
+  // chat: `logprobs: true` with `top_logprobs`).
+  int logprobs = -1;
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = true;  // usage in the last stream chunk (always sent; OpenAI needs stream_options)
@@ -95,20 +104,42 @@ struct ResponseHeader {
   int64_t created = 0;
   std::string model;
   Endpoint endpoint = Endpoint::kCompletions;
+  uint64_t seed = 0;  // the seed the response was drawn with (returned as "seed")
 };
 
 nlohmann::json Usage(int64_t prompt_tokens, int64_t completion_tokens);
 
 // A complete (non-streamed) response.
 // `tokens`: the generated ids, added as choices[0].tokens when not null (dspark.return_tokens).
+// `logprobs`: the choice's logprobs object (LogprobsWriter), null when not asked for.
 nlohmann::json Response(const ResponseHeader& h, const std::string& text, const std::string& finish_reason,
-                        const SpecStats& stats, const std::vector<int32_t>* tokens = nullptr);
+                        const SpecStats& stats, const std::vector<int32_t>* tokens = nullptr,
+                        nlohmann::json logprobs = nullptr);
 
 // One streamed chunk carrying `text`; `source` is "draft" or "target" (the dspark_source
 // extension the playground colours by). The first chat chunk also carries the assistant role.
 // `token` >= 0 adds "tokens": [token] to the choice (dspark.return_tokens).
 nlohmann::json TokenChunk(const ResponseHeader& h, const std::string& text, const char* source, bool first,
-                          int32_t token = -1);
+                          int32_t token = -1, nlohmann::json logprobs = nullptr);
+
+// Builds a choice's `logprobs` object in the endpoint's shape from the engine's per-token values.
+// Completions (OpenAI's legacy shape): {tokens, token_logprobs, top_logprobs: [{piece: logprob}],
+// text_offset}, offsets counted in bytes from the start of the completion. Chat: {content:
+// [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], refusal: null}. A token's
+// text is its piece (`piece(id)`); pieces that are part of a UTF-8 character are not valid text on
+// their own and come through with U+FFFD in `token`, their exact bytes in `bytes`.
+class LogprobsWriter {
+ public:
+  using PieceFn = std::function<std::string(int32_t)>;
+  LogprobsWriter(Endpoint endpoint, PieceFn piece) : endpoint_(endpoint), piece_(std::move(piece)) {}
+  // The object for these tokens; offsets continue from the tokens written before (streaming).
+  nlohmann::json Write(std::span<const TokenLogprob> tokens);
+
+ private:
+  Endpoint endpoint_;
+  PieceFn piece_;
+  int64_t offset_ = 0;
+};
 
 // The last chunk: empty delta, finish_reason, usage and the dspark statistics.
 nlohmann::json FinalChunk(const ResponseHeader& h, const std::string& finish_reason, const SpecStats& stats);

@@ -36,6 +36,7 @@ struct BatchEngine::Sequence {
   int rows_behind = 0;
 
   // Per-step scratch.
+  std::vector<float> rows;      // adjusted logits (AdjustedRows)
   Draft draft;
   int k = 0;
   bool asked_drafter = false;   // a draft was asked for this step
@@ -116,6 +117,9 @@ Result<int64_t> BatchEngine::Submit(std::vector<int32_t> prompt, GenerateOptions
   const int n_vocab = target_.config().n_vocab;
   for (int32_t id : prompt)
     if (id < 0 || id >= n_vocab) return InvalidArgument("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab);
+  for (const auto& [id, bias] : options.sampling.logit_bias)
+    if (id < 0 || id >= n_vocab) return InvalidArgument("logit_bias token id {} is outside the vocabulary [0, {})", id, n_vocab);
+  if (options.logprobs > 20) return InvalidArgument("logprobs must be <= 20, got {}", options.logprobs);
   auto s = std::make_unique<Sequence>();
   s->prompt = std::move(prompt);
   s->options = std::move(options);
@@ -168,16 +172,39 @@ void BatchEngine::Admit() {
   }
 }
 
-bool BatchEngine::Emit(Sequence& s, int32_t id, TokenSource source) {
+const float* BatchEngine::AdjustedRows(Sequence& s, const float* logits, int n_rows, const int32_t* draft) {
+  if (!s.options.sampling.adjusts_logits()) return logits;
+  const size_t n_vocab = static_cast<size_t>(target_.config().n_vocab);
+  s.rows.assign(logits, logits + static_cast<size_t>(n_rows) * n_vocab);
+  for (int i = 0; i < n_rows; ++i)
+    ApplyLogitAdjustments(s.rows.data() + i * n_vocab, static_cast<int>(n_vocab), s.options.sampling, s.context,
+                          std::span<const int32_t>(draft, draft == nullptr ? 0 : i), s.prompt.size());
+  return s.rows.data();
+}
+
+int32_t BatchEngine::SampleAt(Sequence& s, const float* row) {
+  thread_local std::vector<float> scratch;
+  const int n_vocab = target_.config().n_vocab;
+  if (!s.options.sampling.keyed) return SampleToken(row, n_vocab, s.options.sampling, s.rng, &scratch);
+  Rng rng = KeyedRng(s.options.sampling.seed, s.result.stats.generated_tokens);
+  return SampleToken(row, n_vocab, s.options.sampling, rng, &scratch);
+}
+
+bool BatchEngine::Emit(Sequence& s, int32_t id, TokenSource source, const float* row) {
   if (!s.options.ignore_eos && tokenizer_.IsEog(id)) {
     s.stop_reason = "eos";
     return false;
   }
   s.result.ids.push_back(id);
   ++s.result.stats.generated_tokens;
+  const TokenLogprob* logprob = nullptr;
+  if (s.options.logprobs >= 0) {
+    s.result.logprobs.push_back(ComputeLogprob(row, target_.config().n_vocab, id, s.options.logprobs));
+    logprob = &s.result.logprobs.back();
+  }
   const std::string shown = s.stops->Push(s.detok->Push(id));
   s.result.text += shown;
-  if (s.on_token && !s.on_token(id, shown, source)) {
+  if (s.on_token && !s.on_token(TokenEvent{id, shown, source, logprob})) {
     s.stop_reason = "cancelled";
     return false;
   }
@@ -198,7 +225,7 @@ void BatchEngine::Finish(Sequence& s, std::string reason) {
     std::string tail = s.stops->Push(s.detok->Flush());
     tail += s.stops->Flush();
     s.result.text += tail;
-    if (s.on_token && !tail.empty()) s.on_token(-1, tail, TokenSource::kTarget);
+    if (s.on_token && !tail.empty()) s.on_token(TokenEvent{-1, tail, TokenSource::kTarget, nullptr});
   }
   if (drafter_ != nullptr && s.use_drafter) drafter_->End(s.slot);
   SpecStats& st = s.result.stats;
@@ -293,6 +320,7 @@ double BatchEngine::Propose(const std::vector<Sequence*>& decoding, int prompt_r
     r.params.sampling = s.options.sampling;
     r.params.stop = asks[i].stop;
     r.params.max_catch_up = asks[i].max_catch_up;
+    r.params.position = s.result.stats.generated_tokens;
     r.rng = &s.draft_rng;
     requests.push_back(r);
     requester.push_back(&s);
@@ -400,9 +428,9 @@ void BatchEngine::CommitPrompts(const std::vector<Sequence*>& prefilling, const 
     s->n_prefilled += s->n_rows;
     if (!s->decoding()) continue;
     const auto ts0 = Clock::now();
-    std::vector<float> scratch;
-    const float* logits = pass.out.Logits(pass.logit_index[s->row0 + s->n_rows - 1], n_vocab);
-    const int32_t first = SampleToken(logits, n_vocab, s->options.sampling, s->rng, &scratch);
+    const float* logits =
+        AdjustedRows(*s, pass.out.Logits(pass.logit_index[s->row0 + s->n_rows - 1], n_vocab), 1, nullptr);
+    const int32_t first = SampleAt(*s, logits);
     st.sample_ms += MsSince(ts0);
     s->context.push_back(first);
     // The drafter's own prompt ingestion is prompt processing, as the target's prefill is. Under a
@@ -417,7 +445,7 @@ void BatchEngine::CommitPrompts(const std::vector<Sequence*>& prefilling, const 
       s->rows_behind = static_cast<int>(s->prompt.size());
     }
     s->decode_start = Clock::now();
-    if (!Emit(*s, first, TokenSource::kTarget)) Finish(*s, s->stop_reason);
+    if (!Emit(*s, first, TokenSource::kTarget, logits)) Finish(*s, s->stop_reason);
   }
 }
 
@@ -432,8 +460,12 @@ Result<int> BatchEngine::VerifyAndCommit(const std::vector<Sequence*>& decoding,
     ++st.num_target_calls;
     const int n_past = cache_.Length(s->slot) - s->n_rows;
     const auto ts0 = Clock::now();
-    const VerifyResult vr = options_.verify(s->draft, s->k, pass.out.Logits(pass.logit_index[s->row0], n_vocab),
-                                            n_vocab, s->options.sampling, s->rng);
+    const float* rows = AdjustedRows(*s, pass.out.Logits(pass.logit_index[s->row0], n_vocab), s->k + 1,
+                                     s->draft.tokens.data());
+    const VerifyResult vr =
+        s->options.sampling.keyed
+            ? VerifyKeyed(s->draft, s->k, rows, n_vocab, s->options.sampling, s->result.stats.generated_tokens)
+            : options_.verify(s->draft, s->k, rows, n_vocab, s->options.sampling, s->rng);
     st.sample_ms += MsSince(ts0);
     if (planner_ != nullptr) {
       // The survival the plan predicted for this draft, so the statistics show how well it predicts.
@@ -454,7 +486,8 @@ Result<int> BatchEngine::VerifyAndCommit(const std::vector<Sequence*>& decoding,
     committed += static_cast<int>(vr.tokens.size());
     for (size_t j = 0; j < vr.tokens.size() && running; ++j) {
       s->context.push_back(vr.tokens[j]);
-      running = Emit(*s, vr.tokens[j], static_cast<int>(j) < vr.num_accepted ? TokenSource::kDraft : TokenSource::kTarget);
+      running = Emit(*s, vr.tokens[j], static_cast<int>(j) < vr.num_accepted ? TokenSource::kDraft : TokenSource::kTarget,
+                     rows + j * static_cast<size_t>(n_vocab));
     }
     if (running && cache_.Length(s->slot) >= cache_.n_ctx()) {
       s->stop_reason = "context";

@@ -36,6 +36,11 @@ struct GenerateOptions {
   bool parse_special = false;     // recognise "<|im_start|>"-style tokens in the prompt
   bool ignore_eos = false;        // keep going past end-of-generation tokens (benchmarks)
   bool speculate = true;          // false: plain decoding for this request
+  // Log-probabilities of the emitted tokens (GenerateResult::logprobs, TokenEvent::logprob): -1
+  // none; n >= 0: each token's own and the n most probable alternatives'. They are the target's,
+  // over the logits after the request's adjustments (SamplingParams::logit_bias, penalties), at
+  // temperature 1: the same for a token accepted from a draft as plain decoding computes.
+  int logprobs = -1;
 };
 
 enum class TokenSource { kTarget, kDraft };  // sampled by the target vs an accepted draft token
@@ -46,12 +51,20 @@ struct GenerateResult {
   std::string stop_reason;   // "eos", "stop", "length", "context", "cancelled", "error"
   std::string error;         // set when stop_reason == "error"
   SpecStats stats;
+  std::vector<TokenLogprob> logprobs;  // per generated id, when GenerateOptions::logprobs >= 0
 };
 
-// Called on the engine thread with each committed token and the text it made safe to show (may
-// be empty while a UTF-8 sequence or a possible stop string is pending; id -1 for the final
-// flush). Return false to cancel the request.
-using TokenCallback = std::function<bool(int32_t id, std::string_view text, TokenSource source)>;
+// One committed token as the engine reports it.
+struct TokenEvent {
+  int32_t id = -1;        // -1: the final flush of held-back text
+  std::string_view text;  // the text it made safe to show (empty while a UTF-8 sequence or a
+                          // possible stop string is pending)
+  TokenSource source = TokenSource::kTarget;
+  const TokenLogprob* logprob = nullptr;  // when GenerateOptions::logprobs >= 0 (null on the flush)
+};
+
+// Called on the engine thread with each committed token. Return false to cancel the request.
+using TokenCallback = std::function<bool(const TokenEvent&)>;
 using DoneCallback = std::function<void(GenerateResult&&)>;
 
 struct BatchEngineOptions {
@@ -109,7 +122,12 @@ class BatchEngine {
   Result<int> VerifyAndCommit(const std::vector<Sequence*>& decoding, const Pass& pass);
   TapRows Taps(const Pass& pass, const Sequence& s, int pos0, int n_rows) const;
   void Finish(Sequence& s, std::string reason);
-  bool Emit(Sequence& s, int32_t id, TokenSource source);
+  // `row`: the adjusted logits the token was drawn from (its log-probabilities).
+  bool Emit(Sequence& s, int32_t id, TokenSource source, const float* row);
+  // The logits of n_rows consecutive positions of `s` with its request's adjustments applied
+  // (the logits themselves when it has none); row i counts draft[0, i) as generated before it.
+  const float* AdjustedRows(Sequence& s, const float* logits, int n_rows, const int32_t* draft);
+  int32_t SampleAt(Sequence& s, const float* row);
   void FailDrafter(Sequence& s, const Status& status);
 
   Model& target_;

@@ -49,7 +49,16 @@ struct DraftParams {
   // positions. The planner sets it for probes, which must stay cheap on text where drafting does
   // not pay.
   int max_catch_up = 0;
+  // The generated position of the first token to draft: keyed requests (sampling.keyed) draw the
+  // token at position p with KeyedRng(seed, p), as the target's verification does (DrawDraftToken).
+  int64_t position = 0;
 };
+
+// Draws the draft token at generated position `position` from its distribution q: from the
+// request's stream `rng`, or for a keyed request with the draw the target makes at that position,
+// which couples the two (a draft distribution close to the target's then proposes the very token
+// verification samples).
+int32_t DrawDraftToken(const std::vector<float>& q, const SamplingParams& sampling, int64_t position, Rng& rng);
 
 struct Draft {
   std::vector<int32_t> tokens;

@@ -52,4 +52,25 @@ VerifyResult Verify(const Draft& draft, int k, const float* logits, int n_vocab,
   return r;
 }
 
+int32_t DrawDraftToken(const std::vector<float>& q, const SamplingParams& sampling, int64_t position, Rng& rng) {
+  if (!sampling.keyed) return SampleFromWeights(q, rng);
+  Rng keyed = KeyedRng(sampling.seed, position);
+  return SampleFromWeights(q, keyed);
+}
+
+VerifyResult VerifyKeyed(const Draft& draft, int k, const float* logits, int n_vocab, const SamplingParams& params,
+                         int64_t pos0) {
+  VerifyResult r;
+  r.tokens.reserve(k + 1);
+  thread_local std::vector<float> scratch;
+  for (int i = 0; i <= k; ++i) {
+    Rng rng = KeyedRng(params.seed, pos0 + i);
+    const int32_t t = SampleToken(logits + static_cast<size_t>(i) * n_vocab, n_vocab, params, rng, &scratch);
+    r.tokens.push_back(t);
+    if (i == k || t != draft.tokens[i]) break;
+    ++r.num_accepted;
+  }
+  return r;
+}
+
 }  // namespace dspark

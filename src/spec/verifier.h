@@ -23,6 +23,14 @@ struct VerifyResult {
 VerifyResult Verify(const Draft& draft, int k, const float* logits, int n_vocab, const SamplingParams& params,
                     Rng& rng);
 
+// Coupled verification for keyed requests (SamplingParams::keyed). The token at generated position
+// pos0 + i is the draw plain decoding makes there, SampleToken with KeyedRng(seed, pos0 + i); a draft
+// token survives only where it equals that draw. The output is therefore plain decoding's, byte for
+// byte, whatever was drafted: a drafter that samples with the same keyed draws (DrawDraftToken)
+// agrees with it wherever its distribution is close to the target's.
+VerifyResult VerifyKeyed(const Draft& draft, int k, const float* logits, int n_vocab, const SamplingParams& params,
+                         int64_t pos0);
+
 // One step of the rejection rule on explicit distributions (exposed for tests): returns -1 if
 // draft token x is accepted, else the replacement token drawn from norm(max(0, p - q)).
 // q == nullptr means a deterministic draft (q one-hot on x).

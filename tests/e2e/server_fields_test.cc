@@ -105,7 +105,7 @@ TEST_F(Server, UnknownRequestFieldsAreRejectedByName) {
   };
   const std::vector<Case> cases = {
       {"/v1/completions", with(completion, "frobnicate", 1), "frobnicate"},
-      {"/v1/completions", with(completion, "repeat_penalty", 1.1), "repeat_penalty"},  // llama.cpp's, not OpenAI's
+      {"/v1/completions", with(completion, "mirostat", 2), "mirostat"},  // llama.cpp's, not implemented
       {"/v1/completions", with(completion, "messages", chat["messages"]), "messages"},
       {"/v1/completions", with(completion, "chat_template_kwargs", json::object()), "chat_template_kwargs"},
       {"/v1/chat/completions", with(chat, "prompt", "x"), "prompt"},
@@ -136,19 +136,19 @@ TEST_F(Server, UnsupportedFeaturesAre400NotIgnored) {
     const char* code;  // "unsupported", or "invalid_type" for a wrong type
   };
   const std::vector<Case> cases = {
-      {false, "logprobs", 0, "unsupported"},
-      {false, "logprobs", 5, "unsupported"},
-      {true, "logprobs", true, "unsupported"},
-      {true, "top_logprobs", 3, "unsupported"},
+      {false, "logprobs", 21, "out_of_range"},
+      {false, "logprobs", -1, "out_of_range"},
+      {true, "top_logprobs", 3, "invalid_value"},  // without logprobs: true
       {true, "response_format", {{"type", "json_object"}}, "unsupported"},
       {true, "response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}, "unsupported"},
       {true, "tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}, "unsupported"},
       {true, "tool_choice", "required", "unsupported"},
       {true, "tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}, "unsupported"},
-      {false, "logit_bias", {{"50256", -100}}, "unsupported"},
-      {true, "logit_bias", {{"1", 5}}, "unsupported"},
-      {false, "frequency_penalty", 0.5, "unsupported"},
-      {true, "presence_penalty", -1, "unsupported"},
+      {false, "logit_bias", json::array({1, 2}), "invalid_type"},
+      {false, "frequency_penalty", 2.5, "out_of_range"},
+      {true, "presence_penalty", -3, "out_of_range"},
+      {false, "repeat_penalty", 0, "out_of_range"},
+      {false, "repeat_last_n", -2, "out_of_range"},
       {false, "suffix", "tail", "unsupported"},
       {false, "echo", true, "unsupported"},
       {false, "n", 2, "out_of_range"},

@@ -31,8 +31,10 @@ std::vector<int32_t> PromptIds(const TestServer& s, const std::string& prompt) {
 }
 
 // Plain sampled decoding written independently of the engines (as testing::ReferenceGreedy): one
-// Forward per token over an F16 cache like the server's, a draw by SampleToken from Rng(seed) for
-// the prompt's last row and then for each new token, never stopping at end-of-generation.
+// Forward per token over an F16 cache like the server's, a draw by SampleToken for the prompt's
+// last row and then for each new token, never stopping at end-of-generation. Draws come from
+// Rng(seed) in turn, or for a keyed request (what the server makes of a seeded one) from
+// KeyedRng(seed, i) for the i-th generated token.
 std::vector<int32_t> ReferenceSampled(Model& m, ThreadPool& pool, const std::vector<int32_t>& prompt, int n,
                                       const SamplingParams& params) {
   KvCache cache(m.config(), 1, 512);
@@ -45,7 +47,8 @@ std::vector<int32_t> ReferenceSampled(Model& m, ThreadPool& pool, const std::vec
   std::vector<int32_t> gen;
   int pos = static_cast<int>(prompt.size());
   while (out.ok() && static_cast<int>(gen.size()) < n) {
-    const int32_t t = SampleToken(out->logits.data(), m.config().n_vocab, params, rng, &scratch);
+    Rng keyed = KeyedRng(params.seed, static_cast<int64_t>(gen.size()));
+    const int32_t t = SampleToken(out->logits.data(), m.config().n_vocab, params, params.keyed ? keyed : rng, &scratch);
     gen.push_back(t);
     if (static_cast<int>(gen.size()) == n) break;
     Batch one;
@@ -156,6 +159,7 @@ TEST_F(Server, SeededSamplingWithoutDrafterEqualsLibrarySampling) {
     sp.seed = c.seed;
     sp.top_p = static_cast<float>(c.top_p);
     sp.top_k = c.top_k;
+    sp.keyed = true;  // a request with a seed draws keyed
     const std::vector<int32_t> prompt = PromptIds(*plain_, c.prompt);
     const std::vector<int32_t> want = ReferenceSampled(*ref_model_, *ref_pool_, prompt, n, sp);
     GenerateOptions go;

@@ -4,6 +4,7 @@
 // random-weight models.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -335,6 +336,108 @@ TEST_F(Lossless, ManySequencesInOneBatchEqualTheirSoloOutputs) {
     if (!adaptive) {
       EXPECT_GT(engine.cumulative_stats().num_accepted_tokens, 0);
     }
+  }
+}
+
+// Greedy decoding with penalties and logit biases: each row of a verification block counts the draft
+// tokens before it, so the output is plain decoding's, token for token, for every drafter.
+TEST_F(Lossless, GreedyWithPenaltiesAndBiasesEqualsPlainForEveryDrafter) {
+  SamplingParams sp;
+  sp.frequency_penalty = 0.5f;
+  sp.presence_penalty = 0.3f;
+  sp.repeat_penalty = 1.3f;
+  sp.repeat_last_n = 8;
+  for (int variant = 0; variant < 3; ++variant) {
+    const auto prompt = Prompt(variant);
+    const GenerateResult unadjusted = Run(nullptr, prompt, 40, 1);
+    sp.logit_bias = {{unadjusted.ids[3], -100.0f}, {17, 0.5f}};
+    const GenerateResult plain = Run(nullptr, prompt, 40, 1, 256, sp);
+    ASSERT_NE(plain.ids, unadjusted.ids) << "the adjustments must change the output for the test to mean anything";
+    EXPECT_EQ(std::count(plain.ids.begin(), plain.ids.end(), unadjusted.ids[3]), 0) << "a -100 bias bans the token";
+    std::vector<int32_t> reference = prompt;
+    reference.insert(reference.end(), plain.ids.begin(), plain.ids.end());
+    std::map<std::string, std::unique_ptr<Drafter>> drafters;
+    drafters["draft-same"] = DraftModel(target_path_, 256);
+    drafters["draft-other"] = DraftModel(other_path_, 256);
+    drafters["ngram"] = std::make_unique<NgramDrafter>(NgramOptions{1, 3});
+    drafters["synthetic"] = std::make_unique<SyntheticDrafter>(reference, target_.model->config().n_vocab, 0.8);
+    for (auto& [name, d] : drafters) {
+      const GenerateResult r = Run(d.get(), prompt, 40, 6, 256, sp);
+      EXPECT_EQ(r.ids, plain.ids) << name << " prompt " << variant;
+      if (name == "synthetic") EXPECT_GT(r.stats.num_accepted_tokens, 0);
+    }
+  }
+}
+
+// Seeded (keyed) sampling: every drafter, with and without speculation, and a place in a loaded
+// batch, gives byte-identical output for the same seed; the logprobs of accepted draft tokens are
+// plain decoding's.
+TEST_F(Lossless, KeyedSamplingIsIdenticalWithEveryDrafterAndUnderLoad) {
+  SamplingParams sp;
+  sp.temperature = 0.9f;
+  sp.top_p = 0.95f;
+  sp.keyed = true;
+  const auto prompt = Prompt(2);
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    sp.seed = seed;
+    ScheduleOptions so;
+    so.n_max = 6;
+    SpeculativeEngine plain_engine(*target_.model, *target_.tok, pool_, 256, nullptr, so);
+    GenerateOptions go;
+    go.max_new_tokens = 40;
+    go.sampling = sp;
+    go.logprobs = 3;
+    auto plain = plain_engine.GenerateFromIds(prompt, go);
+    ASSERT_TRUE(plain.ok());
+    ASSERT_EQ(plain->logprobs.size(), plain->ids.size());
+    std::map<std::string, std::unique_ptr<Drafter>> drafters;
+    drafters["draft-same"] = DraftModel(target_path_, 256);
+    drafters["draft-other"] = DraftModel(other_path_, 256);
+    drafters["ngram+draft"] = std::make_unique<LookupFirstDrafter>(NgramOptions{2, 3}, DraftModel(other_path_, 256));
+    for (auto& [name, d] : drafters) {
+      SpeculativeEngine engine(*target_.model, *target_.tok, pool_, 256, d.get(), so);
+      auto r = engine.GenerateFromIds(prompt, go);
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(r->ids, plain->ids) << name << " seed " << seed;
+      EXPECT_EQ(r->text, plain->text) << name;
+      ASSERT_EQ(r->logprobs.size(), plain->logprobs.size());
+      for (size_t i = 0; i < r->logprobs.size(); ++i) {
+        EXPECT_NEAR(r->logprobs[i].logprob, plain->logprobs[i].logprob, 1e-4) << name << " token " << i;
+        ASSERT_EQ(r->logprobs[i].top.size(), 3u);
+        for (size_t j = 0; j < 3; ++j) {
+          EXPECT_EQ(r->logprobs[i].top[j].first, plain->logprobs[i].top[j].first) << name << " token " << i;
+          EXPECT_NEAR(r->logprobs[i].top[j].second, plain->logprobs[i].top[j].second, 1e-4);
+        }
+      }
+      // The same model as its own draft draws the very tokens the target does: coupled drafts
+      // are accepted whole.
+      if (name == "draft-same") EXPECT_EQ(r->stats.num_accepted_tokens, r->stats.num_draft_tokens) << seed;
+    }
+    // Under load: the seeded request among 11 others (keyed and not) on 4 slots, with a drafter.
+    Loaded d = Load(other_path_);
+    auto batched = DraftModelDrafter::Create(std::move(d.model), *d.tok, *target_.tok, pool_, 256, 16, 4);
+    ASSERT_TRUE(batched.ok());
+    BatchEngineOptions bo;
+    bo.n_parallel = 4;
+    bo.n_ctx = 256;
+    bo.prefill_chunk = 5;
+    bo.schedule.n_max = 6;
+    BatchEngine engine(*target_.model, *target_.tok, pool_, bo, batched->get());
+    std::vector<int32_t> loaded_ids;
+    for (int r = 0; r < 12; ++r) {
+      GenerateOptions other = go;
+      if (r == 5) {
+        ASSERT_TRUE(engine.Submit(prompt, go, nullptr, [&](GenerateResult&& res) { loaded_ids = res.ids; }).ok());
+        continue;
+      }
+      other.sampling.keyed = r % 2 == 0;
+      other.sampling.seed = 100 + r;
+      std::vector<int32_t> p = {1};
+      for (int i = 0; i < 3 + r % 7; ++i) p.push_back(3 + (r * 31 + i * 13) % 280);
+      ASSERT_TRUE(engine.Submit(p, other, nullptr, nullptr).ok());
+    }
+    ASSERT_TRUE(engine.RunUntilIdle().ok());
+    EXPECT_EQ(loaded_ids, plain->ids) << "seed " << seed << " under load";
   }
 }
 

@@ -40,6 +40,24 @@ void PrintTo(const SamplingCase& c, std::ostream* os) { *os << c.drafter << "/" 
 
 const SamplingParams kUnfiltered{1.0f, 0, 1.0f, 0.0f, 0};
 const SamplingParams kFiltered{0.8f, 6, 0.9f, 0.02f, 0};
+// OpenAI's and llama.cpp's penalties and a logit bias: inside a verification block each row counts
+// the draft tokens before it.
+const SamplingParams kPenalized = [] {
+  SamplingParams p = kUnfiltered;
+  p.frequency_penalty = 0.8f;
+  p.presence_penalty = 0.4f;
+  p.repeat_penalty = 1.5f;
+  p.repeat_last_n = 4;
+  p.logit_bias = {{3, 1.5f}, {7, -100.0f}};
+  return p;
+}();
+// Keyed draws with coupled verification (seeded requests): plain decoding's own output, so its
+// distribution is the target's.
+const SamplingParams kKeyed = [] {
+  SamplingParams p = kFiltered;
+  p.keyed = true;
+  return p;
+}();
 
 // A draft-model drafter with a bug where its draft meets the verifier: it samples its tokens from
 // its distribution before top-k / top-p / min-p, but reports the filtered distribution as q.
@@ -172,6 +190,10 @@ std::vector<SamplingCase> EveryDrafter() {
     out.push_back({d, kUnfiltered, "T1"});
     out.push_back({d, kFiltered, "T0.8_topk6_topp0.9_minp0.02"});
   }
+  for (const char* d : {"draft-model", "ngram+draft-model"}) {
+    out.push_back({d, kPenalized, "T1_penalties_bias"});
+    out.push_back({d, kKeyed, "keyed_T0.8_topk6_topp0.9_minp0.02"});
+  }
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(EveryDrafter, LosslessSampling, ::testing::ValuesIn(EveryDrafter()),
@@ -184,7 +206,7 @@ INSTANTIATE_TEST_SUITE_P(EveryDrafter, LosslessSampling, ::testing::ValuesIn(Eve
 
 // The check itself passes plain sampling (no drafter), so its failures below are the bugs'.
 TEST_F(LosslessSamplingControls, PlainSamplingPassesTheCheck) {
-  for (const SamplingParams& params : {kUnfiltered, kFiltered}) {
+  for (const SamplingParams& params : {kUnfiltered, kFiltered, kPenalized, kKeyed}) {
     const testing::SamplingCheck c = Check(nullptr, params);
     EXPECT_TRUE(c.passed()) << c.Describe();
   }

@@ -150,12 +150,12 @@ std::vector<DraftModelDrafter::Active> DraftModelDrafter::StartDrafts(std::span<
   return active;
 }
 
-int32_t DraftModelDrafter::DrawToken(const float* logits, int n_vocab, const ProposeRequest& r, std::vector<float>& q,
-                                     float* prob) {
+int32_t DraftModelDrafter::DrawToken(const float* logits, int n_vocab, const ProposeRequest& r, int index,
+                                     std::vector<float>& q, float* prob) {
   // Greedy: the argmax and its probability in two vectorised passes that write nothing.
   if (r.params.sampling.greedy()) return static_cast<int32_t>(ops::ArgMax(logits, n_vocab, prob));
   ComputeProbs(logits, n_vocab, r.params.sampling, &q);
-  const int32_t tok = SampleFromWeights(q, *r.rng);
+  const int32_t tok = DrawDraftToken(q, r.params.sampling, r.params.position + index, *r.rng);
   *prob = q[tok];
   return tok;
 }
@@ -200,7 +200,7 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
       Draft& d = *results[a.request];
       const float* logits = a.logits_row >= 0 ? out.Logits(a.logits_row, n_vocab) : own_logits[a.request].data();
       float prob = 0;
-      const int32_t tok = DrawToken(logits, n_vocab, r, q, &prob);
+      const int32_t tok = DrawToken(logits, n_vocab, r, static_cast<int>(d.tokens.size()), q, &prob);
       if (r.params.stop != nullptr && !r.params.stop->Keep(prob)) continue;
       d.tokens.push_back(tok);
       if (!r.params.sampling.greedy()) d.q.push_back(q);

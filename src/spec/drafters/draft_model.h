@@ -60,8 +60,9 @@ class DraftModelDrafter final : public Drafter {
                                   Batch& batch, std::vector<std::vector<float>>& own_logits);
   // Draws the next token of a draft from its logits: the argmax, or a sample from q (the target's
   // transforms) at temperature > 0; *prob receives the token's probability, its confidence.
-  static int32_t DrawToken(const float* logits, int n_vocab, const ProposeRequest& r, std::vector<float>& q,
-                           float* prob);
+  // `index`: the token's place in the draft (keyed draws).
+  static int32_t DrawToken(const float* logits, int n_vocab, const ProposeRequest& r, int index,
+                           std::vector<float>& q, float* prob);
 
   DraftModelDrafter(std::unique_ptr<Model> draft, ThreadPool& pool, int n_ctx, int max_draft, int n_seq);
 

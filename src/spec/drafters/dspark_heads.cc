@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/ops.h"
+#include "spec/verifier.h"
 
 namespace dspark {
 
@@ -94,7 +95,8 @@ void RunChains(const DflashModel& model, std::span<ChainJob> jobs, ThreadPool& p
         tok = Argmax(z.data(), V);
       } else {
         ComputeProbs(z.data(), V, options.sampling, &q);
-        tok = SampleFromWeights(q, *ch.job->rng);
+        tok = DrawDraftToken(q, options.sampling, options.position + static_cast<int64_t>(out->tokens.size()),
+                             *ch.job->rng);
       }
       // The token's own probability is what schedules and cuts a draft without a confidence head;
       // with one it is not read, and a softmax over the vocabulary per slot is not free.

@@ -27,6 +27,7 @@ struct ChainOptions {
   // (the draft probability without a confidence head). Null: the whole block.
   const DraftStop* stop = nullptr;
   bool keep_logits = false;  // return the biased logits (tests, goldens)
+  int64_t position = 0;      // generated position of the first draft token (keyed draws)
 };
 
 struct ChainResult {

@@ -47,7 +47,12 @@ inline std::map<Outcome, double> ExactJointDistribution(Model& model, ThreadPool
   Outcome path;
   std::function<void(const float*, double)> visit = [&](const float* logits, double prob) {
     std::vector<float> p;
-    ComputeProbs(logits, n_vocab, params, &p);
+    // The request's logit adjustments (penalties, biases) count the tokens on the path so far.
+    std::vector<float> adjusted(logits, logits + n_vocab);
+    std::vector<int32_t> committed = prompt;
+    committed.insert(committed.end(), path.begin(), path.end());
+    ApplyLogitAdjustments(adjusted.data(), n_vocab, params, committed, {}, prompt.size());
+    ComputeProbs(adjusted.data(), n_vocab, params, &p);
     for (int32_t t = 0; t < n_vocab; ++t) {
       if (p[t] <= 0) continue;
       path.push_back(t);
