@@ -67,6 +67,7 @@ struct HttpServer::Impl {
   const Tokenizer& tokenizer;
   ServerOptions opt;
   std::optional<ChatTemplate> chat_template;
+  ToolFormat tool_format = ToolFormat::kNone;  // the tool-call syntax the template prints
   Metrics metrics;
   std::unique_ptr<EngineLoop> loop;
   httplib::Server http;
@@ -158,6 +159,8 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
   auto channel = std::make_shared<RequestChannel>();
   channel->arrival = t0;
   const uint64_t go_seed = go.sampling.seed;
+  // Tool calls are parsed out of the output when the request offers tools and allows calls.
+  const bool parse_tools = chat && !r.tools.empty() && r.tool_choice.mode != ToolChoiceMode::kNone;
   Result<int64_t> engine_id = loop->Submit(std::move(ids), std::move(go), channel);
   if (!engine_id.ok()) {
     ApiError e;
@@ -229,9 +232,18 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
     } else {
       nlohmann::json logprobs = nullptr;
       if (r.logprobs >= 0) logprobs = LogprobsWriter(endpoint, piece).Write(result.logprobs);
-      res.set_content(Dump(Response(h, result.text, o.finish_reason, result.stats,
-                                    r.return_tokens ? &result.ids : nullptr, std::move(logprobs))),
-                      "application/json");
+      nlohmann::json body = Response(h, result.text, o.finish_reason, result.stats,
+                                     r.return_tokens ? &result.ids : nullptr, std::move(logprobs));
+      if (parse_tools) {
+        ParsedAssistant parsed = ParseToolCalls(tool_format, result.text, r.tools, go_seed);
+        if (!parsed.tool_calls.empty()) {
+          nlohmann::json& message = body["choices"][0]["message"];
+          message["content"] = parsed.content.empty() ? nlohmann::json(nullptr) : nlohmann::json(parsed.content);
+          message["tool_calls"] = ToolCallsJson(parsed.tool_calls);
+          body["choices"][0]["finish_reason"] = o.finish_reason = "tool_calls";
+        }
+      }
+      res.set_content(Dump(body), "application/json");
     }
     return Finished(h.id, req.path, t0, o);
   }
@@ -247,6 +259,7 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
     bool finished = false;
     bool return_tokens = false;
     std::optional<LogprobsWriter> logprobs;
+    std::optional<ToolCallStreamParser> tools;
   };
   auto st = std::make_shared<StreamState>();
   st->channel = channel;
@@ -256,6 +269,7 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
   st->t0 = t0;
   st->return_tokens = r.return_tokens;
   if (r.logprobs >= 0) st->logprobs.emplace(endpoint, piece);
+  if (parse_tools) st->tools.emplace(tool_format, r.tools, go_seed);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -273,13 +287,32 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
         if (ev.kind == StreamEvent::Kind::kToken) {
           // With return_tokens or logprobs every token gets a chunk, even one whose text is still
           // held back.
-          const int32_t token = st->return_tokens ? ev.id : -1;
+          int32_t token = st->return_tokens ? ev.id : -1;
           nlohmann::json logprobs = nullptr;
           if (st->logprobs && ev.logprob) logprobs = st->logprobs->Write(std::span(&*ev.logprob, 1));
-          if (ev.text.empty() && token < 0 && logprobs.is_null()) return true;
-          const std::string data = SseEvent(
-              TokenChunk(st->header, ev.text, SourceName(ev.source), st->first, token, std::move(logprobs)));
-          st->first = false;
+          std::string data;
+          if (st->tools) {
+            // Content and calls as the parser releases them; a token whose text it holds back
+            // still gets its chunk when it carries an id or logprobs.
+            std::vector<ToolStreamEvent> events = st->tools->Feed(ev.text);
+            if (events.empty() && (token >= 0 || !logprobs.is_null())) events.push_back(ToolStreamEvent{});
+            for (const ToolStreamEvent& te : events) {
+              nlohmann::json chunk = TokenChunk(st->header, "", SourceName(ev.source), st->first, token, logprobs);
+              nlohmann::json delta = ToOpenAiDelta(te);
+              if (st->first) delta["role"] = "assistant";
+              chunk["choices"][0]["delta"] = std::move(delta);
+              data += SseEvent(chunk);
+              st->first = false;
+              token = -1;
+              logprobs = nullptr;
+            }
+            if (data.empty()) return true;
+          } else {
+            if (ev.text.empty() && token < 0 && logprobs.is_null()) return true;
+            data = SseEvent(
+                TokenChunk(st->header, ev.text, SourceName(ev.source), st->first, token, std::move(logprobs)));
+            st->first = false;
+          }
           if (sink.write(data.data(), data.size())) return true;
           loop->Cancel(st->engine_id);
           return false;
@@ -289,7 +322,19 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
         Outcome o;
         o.stats = &result.stats;
         o.finish_reason = FinishReason(result.stop_reason);
-        const std::string data = SseEvent(FinalChunk(st->header, o.finish_reason, result.stats)) + "data: [DONE]\n\n";
+        std::string data;
+        if (st->tools) {
+          for (const ToolStreamEvent& te : st->tools->Finish()) {
+            nlohmann::json chunk = TokenChunk(st->header, "", "target", st->first);
+            nlohmann::json delta = ToOpenAiDelta(te);
+            if (st->first) delta["role"] = "assistant";
+            chunk["choices"][0]["delta"] = std::move(delta);
+            data += SseEvent(chunk);
+            st->first = false;
+          }
+          if (st->tools->has_tool_calls()) o.finish_reason = "tool_calls";
+        }
+        data += SseEvent(FinalChunk(st->header, o.finish_reason, result.stats)) + "data: [DONE]\n\n";
         const bool ok = sink.write(data.data(), data.size());
         sink.done();
         if (!ok) o.http_status = 499;  // client closed the connection
@@ -469,6 +514,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(BatchEngine& engine, cons
     Result<ChatTemplate> t = ChatTemplate::Parse(impl->opt.chat_template);
     if (!t.ok()) return t.status().WithContext("serve: chat template: ");
     impl->chat_template = std::move(*t);
+    impl->tool_format = DetectToolFormat(impl->opt.chat_template);
   }
   std::random_device rd;
   impl->id_prefix = fmt::format("{:08x}-", rd());

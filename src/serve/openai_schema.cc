@@ -162,6 +162,26 @@ std::optional<ApiError> ReadContent(const ojson& v, const std::string& field, st
   return std::nullopt;
 }
 
+// tools / tool_choice (chat): ValidateTools' and ValidateToolChoice's messages begin with the
+// offending path ("tools[1].function.name: ..."), which becomes the error's param.
+std::optional<ApiError> ReadTools(const ojson& body, ApiRequest* out) {
+  const auto error = [](const std::string& message, const char* field) {
+    const size_t colon = message.find(": ");
+    return BadRequest(colon == std::string::npos ? field : message.substr(0, colon), "invalid_value", message);
+  };
+  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) return WrongType("tools", "an array", *it);
+    const nlohmann::json tools = *it;
+    if (auto e = ValidateTools(tools)) return error(*e, "tools");
+    out->tools = tools;
+    if (!tools.empty()) out->template_vars["tools"] = *it;
+  }
+  nlohmann::json choice = nullptr;
+  if (auto it = body.find("tool_choice"); it != body.end()) choice = *it;
+  if (auto e = ValidateToolChoice(choice, out->tools, &out->tool_choice)) return error(*e, "tool_choice");
+  return std::nullopt;
+}
+
 std::optional<ApiError> ReadMessages(const ojson& body, ApiRequest* out) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) return BadRequest("messages", "missing_field", "'messages' is required");
@@ -190,6 +210,7 @@ std::optional<ApiError> ReadMessages(const ojson& body, ApiRequest* out) {
       if (kv.key() != "role" && kv.key() != "content") msg.extra[kv.key()] = kv.value();
     out->messages.push_back(std::move(msg));
   }
+  if (auto e = ReadTools(body, out)) return e;
   if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
     if (!kw->is_object()) return WrongType("chat_template_kwargs", "an object", *kw);
     for (auto kv = kw->begin(); kv != kw->end(); ++kv) out->template_vars[kv.key()] = kv.value();
@@ -221,16 +242,6 @@ std::optional<ApiError> CheckNeutral(const std::string& key, const ojson& v) {
     if (!v.is_string()) return WrongType(key, "a string", v);
     if (!v.get<std::string>().empty()) return Unsupported(key, "insertion (fill in the middle) is not implemented");
     return std::nullopt;
-  }
-  if (key == "tools") {
-    if (!v.is_array()) return WrongType(key, "an array", v);
-    if (!v.empty()) return Unsupported(key, "tool calling is not implemented (only [] is accepted)");
-    return std::nullopt;
-  }
-  if (key == "tool_choice") {
-    if (v.is_string() && (v.get<std::string>() == "none" || v.get<std::string>() == "auto")) return std::nullopt;
-    if (!v.is_string() && !v.is_object()) return WrongType(key, "a string or an object", v);
-    return Unsupported(key, "tool calling is not implemented (only \"none\" and \"auto\" are accepted)");
   }
   if (key == "response_format") {
     if (!v.is_object()) return WrongType(key, "an object", v);
@@ -275,8 +286,8 @@ std::optional<FieldKind> FieldKindOf(const std::string& key, Endpoint endpoint) 
   };
   static const std::vector<std::pair<const char*, FieldKind>> kChat = {
       {"messages", FieldKind::kRead},          {"chat_template_kwargs", FieldKind::kRead},
-      {"top_logprobs", FieldKind::kRead},      {"tools", FieldKind::kNeutral},
-      {"tool_choice", FieldKind::kNeutral},    {"response_format", FieldKind::kNeutral},
+      {"top_logprobs", FieldKind::kRead},      {"tools", FieldKind::kRead},
+      {"tool_choice", FieldKind::kRead},    {"response_format", FieldKind::kNeutral},
       {"parallel_tool_calls", FieldKind::kHarmless},
   };
   for (const auto& [name, kind] : kCommon)

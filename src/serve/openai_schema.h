@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sampling/sampling.h"
+#include "serve/tool_calls.h"
 #include "spec/stats.h"
 #include "template/chat_template.h"
 
@@ -42,6 +43,10 @@ struct ApiRequest {
   // /v1/chat/completions.
   std::vector<ChatMessage> messages;
   nlohmann::ordered_json template_vars = nlohmann::ordered_json::object();  // tools, chat_template_kwargs
+  // The validated `tools` (empty: none) and `tool_choice`. The tools reach the chat template; the
+  // output is parsed for calls unless the choice is "none".
+  nlohmann::json tools = nlohmann::json::array();
+  ToolChoice tool_choice;
   std::optional<int> max_tokens;  // absent: as many as the context allows (capped by the server)
   SamplingParams sampling;        // OpenAI's default temperature is 1
   // Whether the client sent a seed. A seeded request draws keyed (sampling.keyed): its output does

@@ -141,9 +141,8 @@ TEST_F(Server, UnsupportedFeaturesAre400NotIgnored) {
       {true, "top_logprobs", 3, "invalid_value"},  // without logprobs: true
       {true, "response_format", {{"type", "json_object"}}, "unsupported"},
       {true, "response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}, "unsupported"},
-      {true, "tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}, "unsupported"},
-      {true, "tool_choice", "required", "unsupported"},
-      {true, "tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}, "unsupported"},
+      {true, "tool_choice", "required", "invalid_value"},  // without tools
+      {true, "tool_choice", "sometimes", "invalid_value"},
       {false, "logit_bias", json::array({1, 2}), "invalid_type"},
       {false, "frequency_penalty", 2.5, "out_of_range"},
       {true, "presence_penalty", -3, "out_of_range"},
