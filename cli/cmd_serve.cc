@@ -32,6 +32,8 @@ struct ServeFlags {
   DType cache_type = DType::kF16;
   ScheduleOptions schedule;
   bool verbose = false;
+  bool cache_prompt = true;
+  int cache_ram_mib = 2048;
 };
 
 std::atomic<bool> g_stop{false};
@@ -63,6 +65,8 @@ int RunServe(ServeFlags f) {
   bo.n_ctx = n_ctx;
   bo.prefill_chunk = f.prefill_chunk;
   bo.kv_type = f.cache_type;
+  bo.prompt_cache = f.cache_prompt;
+  bo.cache_ram_bytes = static_cast<size_t>(f.cache_ram_mib) << 20;
   if (Status ok = KvCache::Supports(model.config(), f.cache_type); !ok.ok()) return Fail(ok);
   bo.schedule = spec->schedule;
   BatchEngine engine(model, tok, pool, bo, drafter->get());
@@ -139,6 +143,12 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("--max-body", f->server.max_body_bytes, "Largest request body in bytes (413 above)")->capture_default_str();
   sub->add_option("--default-max-tokens", f->server.default_max_tokens, "max_tokens when a request gives none")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   sub->add_option("--prefill-chunk", f->prefill_chunk, "Most prompt tokens per engine step")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  sub->add_flag("--cache-prompt,!--no-cache-prompt", f->cache_prompt,
+                "Reuse the KV rows of a request's longest cached prefix (slots, then host memory; default on)");
+  sub->add_option("--cache-ram", f->cache_ram_mib,
+                  "Host memory (MiB) for cached prefixes that no slot holds any more; 0: slots only")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--chat-template-file", f->chat_template_file, "Jinja chat template (default: the GGUF's tokenizer.chat_template)");
   sub->add_flag("--no-repack", f->no_repack, kNoRepackHelp);
   sub->add_flag("-v,--verbose", f->verbose, "Debug log: one line per engine step (rows, drafts, pass and draft time)");

@@ -40,6 +40,9 @@ class DflashContext {
   // Context rows committed so far (positions 0 .. length()-1).
   int length() const { return cache_.Length(0); }
   void Reset() { cache_.Clear(0); }
+  // Keeps the first n rows of `from` (this context or another of the same model): a request that
+  // starts with a prefix the drafter has already seen.
+  Status KeepPrefixOf(const DflashContext& from, int n) { return cache_.CopyPrefixFrom(from.cache_, 0, 0, n); }
 
  private:
   friend class DflashForward;

@@ -71,6 +71,31 @@ Status KvCache::Copy(int src, int dst) {
   return Status::Ok();
 }
 
+Status KvCache::CopyPrefixFrom(const KvCache& from, int src, int dst, int n) {
+  DSPARK_TRY(from.CheckSeq(src));
+  DSPARK_TRY(CheckSeq(dst));
+  if (from.n_layer_ != n_layer_ || from.n_head_kv_ != n_head_kv_ || from.head_dim_ != head_dim_ ||
+      from.head_dim_v_ != head_dim_v_ || from.type_ != type_)
+    return InvalidArgument("kv cache: cannot copy cells between caches of different shapes or types");
+  if (n < 0 || n > from.length_[src] || n > n_ctx_)
+    return InvalidArgument("kv cache: cannot copy {} cells of a sequence of {} into a context of {}", n,
+                           from.length_[src], n_ctx_);
+  if (&from == this && src == dst) return Truncate(dst, n);
+  const size_t tiles = (static_cast<size_t>(n) + kTile - 1) / kTile;
+  for (int l = 0; l < n_layer_; ++l) {
+    for (int h = 0; h < n_head_kv_; ++h) {
+      std::memcpy(k_ + KHeadOffset(l, dst, h), from.KTiles(l, src, h), tiles * k_tile_bytes_);
+      std::memcpy(v_ + Offset(l, dst, h, 0) * v_row_bytes_, from.V(l, src, h, 0), n * v_row_bytes_);
+    }
+  }
+  length_[dst] = n;
+  return Status::Ok();
+}
+
+size_t KvCache::cell_bytes() const {
+  return static_cast<size_t>(n_layer_) * n_head_kv_ * (k_tile_bytes_ / kTile + v_row_bytes_);
+}
+
 void KvCache::Store(const float* src, size_t n, uint8_t* dst) const {
   if (type_ == DType::kF16) {
     ops::ConvertToF16(src, static_cast<int64_t>(n), reinterpret_cast<uint16_t*>(dst));

@@ -45,6 +45,11 @@ class KvCache {
   Status Truncate(int seq, int n);
   // Makes `dst` an exact copy of `src` (prefix sharing for forks and parallel requests).
   Status Copy(int src, int dst);
+  // Makes sequence `dst` hold the first n cells of sequence `src` of `from`, a cache of the same
+  // model and element type (this one or another, of any size: the prompt cache's host copies).
+  Status CopyPrefixFrom(const KvCache& from, int src, int dst, int n);
+  // Bytes one cell of one sequence occupies (keys and values of every layer).
+  size_t cell_bytes() const;
   void Clear(int seq) { length_[seq] = 0; }
   void ClearAll();
 

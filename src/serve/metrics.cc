@@ -68,6 +68,8 @@ std::string Metrics::Render(const SpecStats& s, const EngineGauges& g) const {
       out += fmt::format("dspark:request_finished_total{{finished_reason=\"{}\"}} {}\n", reason, n);
   }
   Counter(&out, "dspark:prompt_tokens_total", "Prompt tokens processed.", static_cast<double>(s.prompt_tokens));
+  Counter(&out, "dspark:prompt_cache_hit_tokens_total", "Prompt tokens whose KV rows came from the prompt cache.",
+          static_cast<double>(s.prompt_cached_tokens));
   Counter(&out, "dspark:generation_tokens_total", "Tokens generated.", static_cast<double>(s.generated_tokens));
   Gauge(&out, "dspark:num_requests_running", "Requests occupying a slot.", g.num_running);
   Gauge(&out, "dspark:num_requests_waiting", "Requests queued for a slot (queue depth).", g.num_queued);

@@ -614,10 +614,11 @@ nlohmann::json SpecJson(const SpecStats& s) {
           {"tokens_per_second", s.tokens_per_second()}};
 }
 
-nlohmann::json Usage(int64_t prompt_tokens, int64_t completion_tokens) {
+nlohmann::json Usage(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 namespace {
@@ -640,7 +641,7 @@ nlohmann::json Response(const ResponseHeader& h, const std::string& text, const 
     choice["text"] = text;
   if (tokens != nullptr) choice["tokens"] = *tokens;
   j["choices"] = nlohmann::json::array({choice});
-  j["usage"] = Usage(stats.prompt_tokens, stats.generated_tokens);
+  j["usage"] = Usage(stats.prompt_tokens, stats.generated_tokens, stats.prompt_cached_tokens);
   j["seed"] = h.seed;
   j["dspark"] = SpecJson(stats);
   return j;
@@ -670,7 +671,7 @@ nlohmann::json FinalChunk(const ResponseHeader& h, const std::string& finish_rea
   else
     choice["text"] = "";
   j["choices"] = nlohmann::json::array({choice});
-  j["usage"] = Usage(stats.prompt_tokens, stats.generated_tokens);
+  j["usage"] = Usage(stats.prompt_tokens, stats.generated_tokens, stats.prompt_cached_tokens);
   j["seed"] = h.seed;
   j["dspark"] = SpecJson(stats);
   return j;

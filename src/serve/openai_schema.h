@@ -112,7 +112,8 @@ struct ResponseHeader {
   uint64_t seed = 0;  // the seed the response was drawn with (returned as "seed")
 };
 
-nlohmann::json Usage(int64_t prompt_tokens, int64_t completion_tokens);
+// OpenAI's usage object; prompt_tokens_details.cached_tokens: prompt tokens the prompt cache held.
+nlohmann::json Usage(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens = 0);
 
 // A complete (non-streamed) response.
 // `tokens`: the generated ids, added as choices[0].tokens when not null (dspark.return_tokens).

@@ -74,10 +74,13 @@ Result<std::vector<float>> Prefill(Model& model, KvCache& cache, ThreadPool& poo
 BatchEngine::BatchEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& pool, BatchEngineOptions options,
                          Drafter* drafter)
     : target_(target), tokenizer_(tokenizer), pool_(pool), options_(options), drafter_(drafter),
-      cache_(target.config(), std::max(1, options.n_parallel), options.n_ctx, options.kv_type) {
+      cache_(target.config(), std::max(1, options.n_parallel), options.n_ctx, options.kv_type),
+      store_(target.config(), options.kv_type, options.prompt_cache ? options.cache_ram_bytes : 0) {
   options_.n_parallel = std::max(1, options_.n_parallel);
   options_.prefill_chunk = std::max(1, options_.prefill_chunk);
   slots_.resize(options_.n_parallel);
+  retained_.resize(options_.n_parallel);
+  slot_used_.assign(options_.n_parallel, 0);
   if (drafter_ != nullptr) {
     const DrafterNeeds needs = drafter_->Needs();
     tap_layers_ = needs.target_tap_layers;
@@ -148,12 +151,24 @@ void BatchEngine::Admit() {
   const bool adaptive = options_.schedule.adaptive && drafter_ != nullptr;
   if (adaptive) cost_model();  // profile before the first request occupies the cache
   std::lock_guard<std::mutex> lock(mu_);
-  for (int slot = 0; slot < options_.n_parallel && !queue_.empty(); ++slot) {
-    if (slots_[slot] != nullptr) continue;
+  while (!queue_.empty()) {
+    // The free slot holding the longest prefix of the prompt; among equals (none at all, say) the
+    // least recently used, whose cached rows are the least likely to be asked for again.
+    const std::vector<int32_t>& prompt = queue_.front()->prompt;
+    int slot = -1;
+    size_t best = 0;
+    for (int i = 0; i < options_.n_parallel; ++i) {
+      if (slots_[i] != nullptr) continue;
+      const size_t rows = options_.prompt_cache ? CommonPrefix(retained_[i], prompt) : 0;
+      if (slot < 0 || rows > best || (rows == best && slot_used_[i] < slot_used_[slot])) {
+        slot = i;
+        best = rows;
+      }
+    }
+    if (slot < 0) break;
     std::unique_ptr<Sequence> s = std::move(queue_.front());
     queue_.pop_front();
     s->slot = slot;
-    cache_.Clear(slot);
     s->context = s->prompt;
     s->rng = Rng(s->options.sampling.seed);
     s->draft_rng = Rng(s->options.sampling.seed ^ 0x5eedd12af7ull);
@@ -163,13 +178,76 @@ void BatchEngine::Admit() {
     if (planner_ != nullptr) planner_->Begin(slot);
     s->result.stats.prompt_tokens = static_cast<int64_t>(s->prompt.size());
     s->use_drafter = drafter_ != nullptr && s->options.speculate;
-    if (s->use_drafter) {
-      Status st = drafter_->Begin(slot);
-      if (!st.ok()) FailDrafter(*s, st);
-    }
+    StartFromCache(*s, slot);
     slots_[slot] = std::move(s);
     running_.fetch_add(1);
   }
+}
+
+std::span<const int32_t> BatchEngine::CachedTokens(int slot) const {
+  const Sequence* s = slots_[slot].get();
+  if (s == nullptr) return retained_[slot];
+  if (!s->decoding()) return std::span<const int32_t>(s->prompt).first(s->n_prefilled);
+  return std::span<const int32_t>(s->context).first(
+      std::min(s->context.size(), static_cast<size_t>(cache_.Length(slot))));
+}
+
+void BatchEngine::StartFromCache(Sequence& s, int slot) {
+  // Copying rows from elsewhere pays only for a real gain over what the slot holds itself.
+  constexpr size_t kMinCopyRows = 16;
+  // At least the prompt's last row runs through the target: its logits sample the first token.
+  const size_t cap = s.prompt.size() - 1;
+  size_t rows = 0;
+  int from = slot;
+  const PromptStore::Entry* entry = nullptr;
+  if (options_.prompt_cache) {
+    const size_t own = CommonPrefix(retained_[slot], s.prompt);
+    rows = std::min(own, cap);
+    for (int other = 0; other < options_.n_parallel; ++other) {
+      if (other == slot) continue;
+      const size_t r = std::min(CommonPrefix(CachedTokens(other), s.prompt), cap);
+      if (r >= rows + kMinCopyRows) {
+        rows = r;
+        from = other;
+      }
+    }
+    // Rows of this slot the new request does not share would be lost: the host store keeps them
+    // (before it is searched, so that the entry found cannot be evicted by this save).
+    if (retained_[slot].size() >= own + kMinCopyRows) {
+      Status st = store_.Save(retained_[slot], cache_, slot);
+      if (!st.ok()) DSPARK_LOG_WARN("prompt cache: keeping slot {}'s rows failed: {}", slot, st.message());
+    }
+    const PromptStore::Match m = store_.capacity() > 0 ? store_.Find(s.prompt) : PromptStore::Match{};
+    if (m.entry != nullptr && std::min(m.rows, cap) >= rows + kMinCopyRows) {
+      rows = std::min(m.rows, cap);
+      from = -1;
+      entry = m.entry;
+    }
+  }
+  retained_[slot].clear();
+  int reuse = static_cast<int>(rows);
+  if (s.use_drafter) {
+    if (reuse > 0) {
+      Result<int> kept = drafter_->BeginWithPrefix(slot, from, reuse);
+      if (kept.ok()) reuse = std::min(reuse, *kept);
+      else FailDrafter(s, kept.status());
+    } else if (Status st = drafter_->Begin(slot); !st.ok()) {
+      FailDrafter(s, st);
+    }
+  }
+  Status st = Status::Ok();
+  if (reuse == 0) cache_.Clear(slot);
+  else if (from == slot) st = cache_.Truncate(slot, reuse);
+  else if (from >= 0) st = cache_.CopyPrefixFrom(cache_, from, slot, reuse);
+  else st = cache_.CopyPrefixFrom(*entry->kv, 0, slot, reuse);
+  if (!st.ok()) {
+    DSPARK_LOG_WARN("prompt cache: reusing {} rows failed, starting cold: {}", reuse, st.message());
+    cache_.Clear(slot);
+    reuse = 0;
+    if (s.use_drafter) FailDrafter(s, st);  // its state may hold rows the target no longer has
+  }
+  s.n_prefilled = reuse;
+  s.result.stats.prompt_cached_tokens = reuse;
 }
 
 const float* BatchEngine::AdjustedRows(Sequence& s, const float* logits, int n_rows, const int32_t* draft) {
@@ -233,7 +311,14 @@ void BatchEngine::Finish(Sequence& s, std::string reason) {
   st.other_ms = std::max(0.0, st.decode_ms - st.draft_ms - st.verify_ms - st.sample_ms);
   s.result.stop_reason = s.stop_reason;
   cumulative_.Merge(st);
-  cache_.Clear(s.slot);
+  // The slot keeps its rows for a later request with the same prefix (the prompt cache).
+  if (options_.prompt_cache) {
+    const size_t n = std::min(s.context.size(), static_cast<size_t>(cache_.Length(s.slot)));
+    retained_[s.slot].assign(s.context.begin(), s.context.begin() + n);
+    slot_used_[s.slot] = ++clock_;
+  } else {
+    cache_.Clear(s.slot);
+  }
   std::unique_ptr<Sequence> owned = std::move(slots_[s.slot]);
   running_.fetch_sub(1);
   if (owned->on_done) owned->on_done(std::move(owned->result));

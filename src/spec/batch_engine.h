@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "spec/drafter.h"
 #include "spec/planner.h"
+#include "spec/prompt_cache.h"
 #include "spec/scheduler.h"
 #include "spec/stats.h"
 #include "spec/stop_strings.h"
@@ -74,6 +75,13 @@ struct BatchEngineOptions {
   DType kv_type = DType::kF16;  // KV cache elements: F16 (half the attention traffic), F32 or Q8_0
   ScheduleOptions schedule;
   VerifyFn verify = &Verify;  // the verification rule (tests swap in broken ones)
+  // Prompt cache: a finished request's KV rows stay in its slot, and a new request starts from
+  // the longest prefix any slot (or the host store) holds, copying it when it is another slot's.
+  // The drafter keeps its state for those rows too (Drafter::BeginWithPrefix). Off: every
+  // request starts cold.
+  bool prompt_cache = true;
+  // Host memory for slot prefixes that new requests would overwrite (0: slots only).
+  size_t cache_ram_bytes = 0;
 };
 
 class BatchEngine {
@@ -114,6 +122,10 @@ class BatchEngine {
   };
   void ApplyCancellations();
   void Admit();
+  // Starts `s` on free slot `slot`, reusing the longest cached prefix of its prompt.
+  void StartFromCache(Sequence& s, int slot);
+  // The tokens whose KV rows slot `slot` holds (a free slot: its last request's).
+  std::span<const int32_t> CachedTokens(int slot) const;
   double Propose(const std::vector<Sequence*>& decoding, int prompt_rows);
   void PlanVerification(const std::vector<Sequence*>& decoding, int prompt_rows);
   Result<Pass> RunPass(const std::vector<Sequence*>& decoding, const std::vector<Sequence*>& prefilling,
@@ -147,6 +159,12 @@ class BatchEngine {
   std::vector<int64_t> cancelled_;
   int64_t next_id_ = 1;
   std::vector<std::unique_ptr<Sequence>> slots_;  // [n_parallel], null = free
+  // Prompt cache: per free slot, the tokens of the KV rows its last request left, and when it
+  // ended (least recently used slots are overwritten first); the host store behind them.
+  std::vector<std::vector<int32_t>> retained_;
+  std::vector<int64_t> slot_used_;
+  int64_t clock_ = 0;
+  PromptStore store_;
   std::atomic<int> running_{0};
 };
 

@@ -109,6 +109,17 @@ class Drafter {
 
   // A new request starts on sequence slot `seq` (resets per-sequence state).
   virtual Status Begin(int seq) = 0;
+  // A new request starts on `seq`, and its first `rows` context rows are those the request that
+  // ran on slot `from` had (from == seq: the slot's previous request; another slot: the engine
+  // copied that slot's cache; -1: the engine restored them from its host prompt cache). The target
+  // does not run them again, so a drafter that learns from the target's taps sees none of them.
+  // Returns how many of those rows the drafter's state holds from now on; the engine runs the rest
+  // through the target again. The default suits drafters that read the context on every proposal
+  // (and the draft model, which finds its common prefix itself): Begin, and all of them.
+  virtual Result<int> BeginWithPrefix(int seq, int from, int rows) {
+    DSPARK_TRY(Begin(seq));
+    return rows;
+  }
   // Target hidden states of rows committed for `seq` (only called when Needs() asks for taps).
   virtual Status ObserveTaps(int seq, const TapRows& rows) { return Status::Ok(); }
   // The prompt of `seq` is processed: `context` is the prompt and the first sampled token (which

@@ -38,6 +38,7 @@ void SpecStats::RecordStep(int drafted, int accepted, const std::vector<float>& 
 
 void SpecStats::Merge(const SpecStats& o) {
   prompt_tokens += o.prompt_tokens;
+  prompt_cached_tokens += o.prompt_cached_tokens;
   generated_tokens += o.generated_tokens;
   num_steps += o.num_steps;
   num_drafts += o.num_drafts;
@@ -87,6 +88,7 @@ std::vector<SpecStats::SlotCalibration> SpecStats::calibration() const {
 nlohmann::json SpecStats::ToJson() const {
   nlohmann::json j;
   j["prompt_tokens"] = prompt_tokens;
+  j["prompt_cached_tokens"] = prompt_cached_tokens;
   j["generated_tokens"] = generated_tokens;
   j["steps"] = num_steps;
   j["drafts"] = num_drafts;

@@ -13,6 +13,7 @@ namespace dspark {
 
 struct SpecStats {
   int64_t prompt_tokens = 0;
+  int64_t prompt_cached_tokens = 0;  // prompt tokens whose KV came from the prompt cache
   int64_t generated_tokens = 0;
   int64_t num_steps = 0;            // target verification steps (including ones with empty drafts)
   int64_t num_drafts = 0;           // steps with a non-empty draft

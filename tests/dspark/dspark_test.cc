@@ -211,6 +211,65 @@ TEST_F(DSpark, ConcurrentSequencesEachEqualPlain) {
   }
 }
 
+// The prompt cache with a drafter that learns from the target's taps: a follow-up turn reuses the
+// slot's rows (the drafter keeps its context for them), another slot's rows are copied (and the
+// drafter's context with them), and every output equals plain decoding of the full prompt.
+TEST_F(DSpark, PromptCacheReusesTargetAndDrafterRowsAndStaysLossless) {
+  auto d = Create("anchor_first");
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  BatchEngineOptions bo;
+  bo.n_parallel = 2;
+  bo.n_ctx = 128;
+  bo.prefill_chunk = 4;
+  bo.schedule.n_max = 4;
+  BatchEngine engine(*target_.model, *target_.tok, pool_, bo, d->get());
+  auto run = [&](const std::vector<int32_t>& prompt, int n) {
+    GenerateResult out;
+    GenerateOptions go;
+    go.max_new_tokens = n;
+    go.ignore_eos = true;
+    EXPECT_TRUE(engine.Submit(prompt, go, nullptr, [&out](GenerateResult&& r) { out = std::move(r); }).ok());
+    EXPECT_TRUE(engine.RunUntilIdle().ok());
+    return out;
+  };
+  std::vector<int32_t> chat = Prompt(3);
+  for (int v = 0; v < 20; ++v) chat.push_back(3 + (v * 7) % 50);
+  const GenerateResult first = run(chat, 12);
+  EXPECT_EQ(first.ids, ReferenceGreedy(*target_.model, pool_, chat, 12));
+  EXPECT_EQ(first.stats.prompt_cached_tokens, 0);
+  for (int turn = 0; turn < 3; ++turn) {
+    // The next turn: the history, the model's answer, a few new tokens.
+    std::vector<int32_t> next = chat;
+    const auto answer = ReferenceGreedy(*target_.model, pool_, chat, 12);
+    next.insert(next.end(), answer.begin(), answer.end());
+    next.insert(next.end(), {5, 9, static_cast<int32_t>(11 + turn)});
+    const GenerateResult r = run(next, 12);
+    EXPECT_EQ(r.ids, ReferenceGreedy(*target_.model, pool_, next, 12)) << "turn " << turn;
+    EXPECT_GE(r.stats.prompt_cached_tokens, static_cast<int64_t>(chat.size())) << "turn " << turn;
+    EXPECT_EQ(r.stats.num_fallbacks, 0) << r.error;
+    EXPECT_GT(r.stats.num_draft_tokens, 0);
+    chat = next;
+  }
+  // Two requests at once with the same long prefix: the second copies what the first has cached.
+  std::vector<int32_t> shared = Prompt(1);
+  for (int v = 0; v < 40; ++v) shared.push_back(3 + (v * 13) % 50);
+  std::vector<GenerateResult> both(2);
+  GenerateOptions go;
+  go.max_new_tokens = 10;
+  go.ignore_eos = true;
+  ASSERT_TRUE(engine.Submit(shared, go, nullptr, [&](GenerateResult&& r) { both[0] = std::move(r); }).ok());
+  for (int i = 0; i < 12 && engine.Step().ok(); ++i) {
+  }
+  std::vector<int32_t> other = shared;
+  other.push_back(21);
+  ASSERT_TRUE(engine.Submit(other, go, nullptr, [&](GenerateResult&& r) { both[1] = std::move(r); }).ok());
+  ASSERT_TRUE(engine.RunUntilIdle().ok());
+  EXPECT_EQ(both[0].ids, ReferenceGreedy(*target_.model, pool_, shared, 10));
+  EXPECT_EQ(both[1].ids, ReferenceGreedy(*target_.model, pool_, other, 10));
+  EXPECT_GE(both[1].stats.prompt_cached_tokens, 32);
+  EXPECT_EQ(both[1].stats.num_fallbacks, 0) << both[1].error;
+}
+
 TEST_F(DSpark, CostScheduleAndConfidenceCutStayLossless) {
   const auto prompt = Prompt(2);
   const auto want = ReferenceGreedy(*target_.model, pool_, prompt, 30);

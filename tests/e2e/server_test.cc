@@ -204,6 +204,32 @@ TEST_F(Server, SeededSamplingIsReproducible) {
   EXPECT_EQ(json::parse(a->body)["choices"][0]["text"], json::parse(b->body)["choices"][0]["text"]);
 }
 
+TEST_F(Server, PromptCacheServesAFollowUpTurnFromTheCachedPrefix) {
+  json first = {{"messages", {{{"role", "system"}, {"content", std::string(120, 'x')}},
+                              {{"role", "user"}, {"content", "first question"}}}},
+                {"max_tokens", 8}, {"temperature", 0}};
+  auto a = Post(main_, "/v1/chat/completions", first.dump());
+  ASSERT_TRUE(a && a->status == 200) << (a ? a->body : "");
+  const json ja = json::parse(a->body);
+  json follow = first;
+  follow["messages"].push_back({{"role", "assistant"}, {"content", ja["choices"][0]["message"]["content"]}});
+  follow["messages"].push_back({{"role", "user"}, {"content", "and a second one"}});
+  const double hits_before = MetricValue(Get(main_, "/metrics")->body, "dspark:prompt_cache_hit_tokens_total");
+  auto b = Post(main_, "/v1/chat/completions", follow.dump());
+  ASSERT_TRUE(b && b->status == 200) << (b ? b->body : "");
+  const json jb = json::parse(b->body);
+  const int cached = jb["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  EXPECT_GE(cached, ja["usage"]["prompt_tokens"].get<int>() - 8) << jb["usage"].dump();
+  EXPECT_LT(cached, jb["usage"]["prompt_tokens"].get<int>());
+  EXPECT_GE(MetricValue(Get(main_, "/metrics")->body, "dspark:prompt_cache_hit_tokens_total"), hits_before + cached);
+  // The same request again is served almost entirely from the cache, with the same answer.
+  auto c = Post(main_, "/v1/chat/completions", follow.dump());
+  ASSERT_TRUE(c && c->status == 200);
+  const json jc = json::parse(c->body);
+  EXPECT_EQ(jc["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), jc["usage"]["prompt_tokens"].get<int>() - 1);
+  EXPECT_EQ(jc["choices"][0]["message"]["content"], jb["choices"][0]["message"]["content"]);
+}
+
 TEST_F(Server, OversizedBodyIs413) {
   std::string big = json{{"prompt", std::string(100 << 10, 'a')}}.dump();
   auto r = Post(main_, "/v1/completions", big);

@@ -441,6 +441,58 @@ TEST_F(Lossless, KeyedSamplingIsIdenticalWithEveryDrafterAndUnderLoad) {
   }
 }
 
+// The prompt cache: follow-up requests reuse what a slot, another slot or the host store holds, and
+// every output equals a cold run's, with and without a drafter.
+TEST_F(Lossless, PromptCacheHitsEqualColdRuns) {
+  for (const bool with_drafter : {false, true}) {
+    Loaded d = Load(target_path_);  // the target as its own draft: drafts are accepted
+    auto drafter = DraftModelDrafter::Create(std::move(d.model), *d.tok, *target_.tok, pool_, 256, 16, 1);
+    ASSERT_TRUE(drafter.ok());
+    BatchEngineOptions bo;
+    bo.n_parallel = 1;  // one slot: a second prefix must go to the host store to survive
+    bo.n_ctx = 256;
+    bo.prefill_chunk = 16;
+    bo.schedule.n_max = 4;
+    bo.cache_ram_bytes = 64 << 20;
+    BatchEngine engine(*target_.model, *target_.tok, pool_, bo, with_drafter ? drafter->get() : nullptr);
+    auto run = [&](const std::vector<int32_t>& prompt) {
+      GenerateResult out;
+      GenerateOptions go;
+      go.max_new_tokens = 16;
+      go.ignore_eos = true;
+      EXPECT_TRUE(engine.Submit(prompt, go, nullptr, [&out](GenerateResult&& r) { out = std::move(r); }).ok());
+      EXPECT_TRUE(engine.RunUntilIdle().ok());
+      return out;
+    };
+    std::vector<int32_t> a = Prompt(1), b = Prompt(0);
+    for (int i = 0; i < 60; ++i) {
+      a.push_back(3 + (i * 29) % 280);
+      b.push_back(5 + (i * 41) % 270);
+    }
+    const GenerateResult ra = run(a);
+    EXPECT_EQ(ra.stats.prompt_cached_tokens, 0);
+    EXPECT_EQ(ra.ids, ReferenceGreedy(*target_.model, pool_, a, 16, 256));
+    // A follow-up: the slot still holds a and its answer.
+    std::vector<int32_t> a2 = a;
+    a2.insert(a2.end(), ra.ids.begin(), ra.ids.end());
+    a2.push_back(42);
+    const GenerateResult ra2 = run(a2);
+    EXPECT_EQ(ra2.ids, ReferenceGreedy(*target_.model, pool_, a2, 16, 256));
+    EXPECT_EQ(ra2.stats.prompt_cached_tokens, static_cast<int64_t>(a.size() + ra.ids.size() - 1));
+    // An unrelated prompt takes the slot; a's rows move to the host store ...
+    const GenerateResult rb = run(b);
+    EXPECT_EQ(rb.ids, ReferenceGreedy(*target_.model, pool_, b, 16, 256));
+    EXPECT_LT(rb.stats.prompt_cached_tokens, 16);
+    // ... and come back for the next request that starts with them.
+    std::vector<int32_t> a3 = a;
+    a3.push_back(7);
+    const GenerateResult ra3 = run(a3);
+    EXPECT_EQ(ra3.ids, ReferenceGreedy(*target_.model, pool_, a3, 16, 256)) << (with_drafter ? "drafter" : "plain");
+    EXPECT_EQ(ra3.stats.prompt_cached_tokens, static_cast<int64_t>(a.size())) << (with_drafter ? "drafter" : "plain");
+    if (with_drafter) EXPECT_GT(ra3.stats.num_accepted_tokens, 0);
+  }
+}
+
 // A sequence whose prompt the draft model has not ingested (a busy server skips that) catches up
 // on its first proposal; with the target as its own draft the draft is the target's continuation.
 TEST_F(Lossless, DraftModelCatchesUpOnALongUnseenContext) {

@@ -42,6 +42,24 @@ Status DSparkDrafter::Begin(int seq) {
   return Status::Ok();
 }
 
+Result<int> DSparkDrafter::BeginWithPrefix(int seq, int from, int rows) {
+  // The context rows are the target's features: kept where this drafter injected them (rows still
+  // pending when a request ended were dropped with it), never restorable from elsewhere.
+  auto src = from >= 0 ? seqs_.find(from) : seqs_.end();
+  if (src == seqs_.end() || src->second.ctx == nullptr) {
+    DSPARK_TRY(Begin(seq));
+    return 0;
+  }
+  if (from != seq && src->second.pending_rows > 0) DSPARK_TRY(Flush(src->second));
+  SeqState& source = src->second;
+  const int keep = std::min(rows, source.ctx->length());
+  SeqState& st = State(seq);  // a std::map: `source` stays valid
+  st.pending.clear();
+  st.pending_rows = 0;
+  DSPARK_TRY(st.ctx->KeepPrefixOf(*source.ctx, keep));
+  return keep;
+}
+
 void DSparkDrafter::End(int seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;

@@ -19,6 +19,12 @@ Status LookupFirstDrafter::Begin(int seq) {
   return model_->Begin(seq);
 }
 
+Result<int> LookupFirstDrafter::BeginWithPrefix(int seq, int from, int rows) {
+  if (seq < 0) return InvalidArgument("LookupFirstDrafter::BeginWithPrefix: negative sequence {}", seq);
+  Sequence(seq) = SequenceLookups{all_.Seed()};
+  return model_->BeginWithPrefix(seq, from, rows);
+}
+
 void LookupFirstDrafter::End(int seq) {
   if (seq >= 0 && seq < static_cast<int>(sequences_.size())) sequences_[seq].pending.clear();
   model_->End(seq);
