@@ -21,18 +21,30 @@ PKGS=(
   pybind11-dev python3-dev  # the Python module `dspark` (python/, pybind11); its tests use python3-pytest
   chromium              # headless playground test (tests/e2e/playground_test.cc)
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (make fuzz, tests/fuzz)
+  nodejs                # the OpenAI SDK conformance test (tests/openai_sdk, ctest -L e2e)
 )
 
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+# npm only where no npm is on PATH: a nodejs from elsewhere (NodeSource) bundles npm and conflicts
+# with Debian's npm package.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# tests/openai_sdk: the openai npm package at the version its package-lock.json pins, into
+# tests/openai_sdk/node_modules (git-ignored). Again only when the lock file is newer than the
+# install (npm ci writes node_modules/.package-lock.json).
+SDK="$(cd "$(dirname "$0")/.." && pwd)/tests/openai_sdk"
+if [ ! -f "$SDK/node_modules/.package-lock.json" ] || [ "$SDK/package-lock.json" -nt "$SDK/node_modules/.package-lock.json" ]; then
+  echo "install-deps: npm ci --prefix tests/openai_sdk"
+  npm ci --prefix "$SDK" --no-audit --no-fund --loglevel=error >/dev/null
+fi

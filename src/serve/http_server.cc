@@ -19,6 +19,7 @@
 #include "serve/openai_schema.h"
 #include "serve/playground.h"
 #include "serve/chat_prompt.h"
+#include "grammar/matcher.h"
 #include "template/chat_template.h"
 #include "util/log.h"
 
@@ -153,6 +154,31 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
   go.sampling = r.sampling;
   if (!r.seed_given) go.sampling.seed = FreshSeed();
   go.logprobs = r.logprobs;
+  // Structured output, or a tool call the request requires: a grammar masks the output.
+  std::string grammar_text = r.grammar;
+  std::string grammar_param = r.grammar_param;
+  if (chat && !r.tools.empty() &&
+      (r.tool_choice.mode == ToolChoiceMode::kRequired || r.tool_choice.mode == ToolChoiceMode::kFunction)) {
+    if (!grammar_text.empty())
+      return Fail(res, req.path, t0,
+                  BadRequest("tool_choice", "invalid_value",
+                             fmt::format("a required tool call and '{}' both constrain the output; send one of them",
+                                         grammar_param)));
+    Result<std::string> calls = ToolCallGrammar(tool_format, r.tools, r.tool_choice, r.parallel_tool_calls);
+    if (!calls.ok())
+      return Fail(res, req.path, t0,
+                  BadRequest("tools", calls.status().code() == StatusCode::kUnimplemented ? "unsupported" : "invalid_value",
+                             calls.status().message()));
+    grammar_text = std::move(*calls);
+    grammar_param = "tool_choice";
+  }
+  if (!grammar_text.empty()) {
+    Result<std::shared_ptr<const grammar::Grammar>> g = grammar::Grammar::Compile(grammar_text);
+    if (!g.ok())
+      return Fail(res, req.path, t0,
+                  BadRequest(grammar_param, "invalid_value", fmt::format("'{}': {}", grammar_param, g.status().message())));
+    go.grammar = std::move(*g);
+  }
   go.stop = r.stop;
   go.ignore_eos = r.ignore_eos;
   go.speculate = r.speculate;
@@ -235,12 +261,13 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
       nlohmann::json body = Response(h, result.text, o.finish_reason, result.stats,
                                      r.return_tokens ? &result.ids : nullptr, std::move(logprobs));
       if (parse_tools) {
-        ParsedAssistant parsed = ParseToolCalls(tool_format, result.text, r.tools, go_seed);
+        ParsedAssistant parsed = ParseToolCalls(tool_format, result.text, nlohmann::json(r.tools), go_seed);
         if (!parsed.tool_calls.empty()) {
           nlohmann::json& message = body["choices"][0]["message"];
           message["content"] = parsed.content.empty() ? nlohmann::json(nullptr) : nlohmann::json(parsed.content);
           message["tool_calls"] = ToolCallsJson(parsed.tool_calls);
-          body["choices"][0]["finish_reason"] = o.finish_reason = "tool_calls";
+          // A generation cut by max_tokens stays "length", as OpenAI reports it.
+          if (o.finish_reason == "stop") body["choices"][0]["finish_reason"] = o.finish_reason = "tool_calls";
         }
       }
       res.set_content(Dump(body), "application/json");
@@ -269,7 +296,7 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
   st->t0 = t0;
   st->return_tokens = r.return_tokens;
   if (r.logprobs >= 0) st->logprobs.emplace(endpoint, piece);
-  if (parse_tools) st->tools.emplace(tool_format, r.tools, go_seed);
+  if (parse_tools) st->tools.emplace(tool_format, nlohmann::json(r.tools), go_seed);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -332,7 +359,7 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
             data += SseEvent(chunk);
             st->first = false;
           }
-          if (st->tools->has_tool_calls()) o.finish_reason = "tool_calls";
+          if (st->tools->has_tool_calls() && o.finish_reason == "stop") o.finish_reason = "tool_calls";
         }
         data += SseEvent(FinalChunk(st->header, o.finish_reason, result.stats)) + "data: [DONE]\n\n";
         const bool ok = sink.write(data.data(), data.size());

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "grammar/json_schema.h"
+
 namespace dspark::serve {
 
 using ojson = nlohmann::ordered_json;
@@ -171,14 +173,14 @@ std::optional<ApiError> ReadTools(const ojson& body, ApiRequest* out) {
   };
   if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
     if (!it->is_array()) return WrongType("tools", "an array", *it);
-    const nlohmann::json tools = *it;
-    if (auto e = ValidateTools(tools)) return error(*e, "tools");
-    out->tools = tools;
-    if (!tools.empty()) out->template_vars["tools"] = *it;
+    if (auto e = ValidateTools(nlohmann::json(*it))) return error(*e, "tools");
+    out->tools = *it;
+    if (!it->empty()) out->template_vars["tools"] = *it;
   }
+  if (auto e = ReadBool(body, "parallel_tool_calls", &out->parallel_tool_calls)) return e;
   nlohmann::json choice = nullptr;
   if (auto it = body.find("tool_choice"); it != body.end()) choice = *it;
-  if (auto e = ValidateToolChoice(choice, out->tools, &out->tool_choice)) return error(*e, "tool_choice");
+  if (auto e = ValidateToolChoice(choice, nlohmann::json(out->tools), &out->tool_choice)) return error(*e, "tool_choice");
   return std::nullopt;
 }
 
@@ -243,12 +245,6 @@ std::optional<ApiError> CheckNeutral(const std::string& key, const ojson& v) {
     if (!v.get<std::string>().empty()) return Unsupported(key, "insertion (fill in the middle) is not implemented");
     return std::nullopt;
   }
-  if (key == "response_format") {
-    if (!v.is_object()) return WrongType(key, "an object", v);
-    auto type = v.find("type");
-    if (v.size() == 1 && type != v.end() && type->is_string() && type->get<std::string>() == "text") return std::nullopt;
-    return Unsupported(key, "structured output is not implemented (only {\"type\": \"text\"} is accepted)");
-  }
   return std::nullopt;
 }
 
@@ -257,7 +253,7 @@ std::optional<ApiError> CheckHarmless(const std::string& key, const ojson& v) {
   if (v.is_null()) return std::nullopt;
   if ((key == "user" || key == "service_tier") && !v.is_string()) return WrongType(key, "a string", v);
   if (key == "metadata" && !v.is_object()) return WrongType(key, "an object", v);
-  if ((key == "store" || key == "parallel_tool_calls") && !v.is_boolean()) return WrongType(key, "a boolean", v);
+  if (key == "store" && !v.is_boolean()) return WrongType(key, "a boolean", v);
   return std::nullopt;
 }
 
@@ -277,6 +273,8 @@ std::optional<FieldKind> FieldKindOf(const std::string& key, Endpoint endpoint) 
       {"frequency_penalty", FieldKind::kRead}, {"presence_penalty", FieldKind::kRead},
       {"repeat_penalty", FieldKind::kRead}, {"repeat_last_n", FieldKind::kRead},
       {"logit_bias", FieldKind::kRead},     {"logprobs", FieldKind::kRead},
+      {"response_format", FieldKind::kRead}, {"grammar", FieldKind::kRead},
+      {"json_schema", FieldKind::kRead},
       {"user", FieldKind::kHarmless},       {"metadata", FieldKind::kHarmless},
       {"store", FieldKind::kHarmless},      {"service_tier", FieldKind::kHarmless},
   };
@@ -287,8 +285,8 @@ std::optional<FieldKind> FieldKindOf(const std::string& key, Endpoint endpoint) 
   static const std::vector<std::pair<const char*, FieldKind>> kChat = {
       {"messages", FieldKind::kRead},          {"chat_template_kwargs", FieldKind::kRead},
       {"top_logprobs", FieldKind::kRead},      {"tools", FieldKind::kRead},
-      {"tool_choice", FieldKind::kRead},    {"response_format", FieldKind::kNeutral},
-      {"parallel_tool_calls", FieldKind::kHarmless},
+      {"tool_choice", FieldKind::kRead},    
+      {"parallel_tool_calls", FieldKind::kRead},
   };
   for (const auto& [name, kind] : kCommon)
     if (key == name) return kind;
@@ -387,6 +385,84 @@ std::optional<ApiError> ReadLogprobs(const ojson& body, Endpoint endpoint, int* 
   return std::nullopt;
 }
 
+// Structured output: OpenAI's response_format ({"type": "text" | "json_object" | "json_schema",
+// "json_schema": {"name", "schema", "strict", "description"}}) and llama.cpp's `grammar` (GBNF)
+// and `json_schema` (a schema) fields, one of them at most. The result is GBNF text; schemas the
+// converter cannot honour are a 400 naming the keyword's path.
+std::optional<ApiError> ReadConstraint(const ojson& body, ApiRequest* out) {
+  std::vector<std::string> given;
+  for (const char* field : {"response_format", "grammar", "json_schema"})
+    if (auto it = body.find(field); it != body.end() && !it->is_null()) given.push_back(field);
+  if (given.size() > 1)
+    return BadRequest(given[1], "invalid_value",
+                      fmt::format("'{}' and '{}' both constrain the output; send one of them", given[0], given[1]));
+  if (given.empty()) return std::nullopt;
+  const auto schema_error = [](const std::string& param, const Status& st) {
+    ApiError e = BadRequest(param, st.code() == StatusCode::kUnimplemented ? "unsupported" : "invalid_value",
+                            fmt::format("'{}': {}", param, st.message()));
+    return e;
+  };
+  const ojson& v = body[given[0]];
+  if (given[0] == "grammar") {
+    if (!v.is_string()) return WrongType("grammar", "a string (GBNF)", v);
+    out->grammar = v.get<std::string>();
+    out->grammar_param = "grammar";
+    return std::nullopt;
+  }
+  if (given[0] == "json_schema") {
+    if (!v.is_object()) return WrongType("json_schema", "an object (a JSON schema)", v);
+    auto g = grammar::JsonSchemaToGbnf(v);
+    if (!g.ok()) return schema_error("json_schema", g.status());
+    out->grammar = std::move(*g);
+    out->grammar_param = "json_schema";
+    return std::nullopt;
+  }
+  if (!v.is_object()) return WrongType("response_format", "an object", v);
+  for (auto kv = v.begin(); kv != v.end(); ++kv)
+    if (kv.key() != "type" && kv.key() != "json_schema")
+      return UnknownField(fmt::format("response_format.{}", kv.key()), out->endpoint);
+  auto type = v.find("type");
+  if (type == v.end() || !type->is_string())
+    return BadRequest("response_format.type", "invalid_type", "'response_format.type' must be a string");
+  const std::string t = type->get<std::string>();
+  if (t == "text") return std::nullopt;
+  if (t == "json_object") {
+    out->grammar = grammar::JsonObjectGbnf();
+    out->grammar_param = "response_format";
+    return std::nullopt;
+  }
+  if (t != "json_schema")
+    return BadRequest("response_format.type", "invalid_value",
+                      fmt::format("'response_format.type' is '{}'; expected text, json_object or json_schema", t));
+  auto js = v.find("json_schema");
+  if (js == v.end() || !js->is_object())
+    return BadRequest("response_format.json_schema", "missing_field",
+                      "'response_format.json_schema' must be an object with 'name' and 'schema'");
+  for (auto kv = js->begin(); kv != js->end(); ++kv) {
+    const std::string& k = kv.key();
+    if (k != "name" && k != "schema" && k != "strict" && k != "description")
+      return UnknownField(fmt::format("response_format.json_schema.{}", k), out->endpoint);
+  }
+  auto name = js->find("name");
+  if (name == js->end() || !name->is_string() || name->get<std::string>().empty())
+    return BadRequest("response_format.json_schema.name", "missing_field",
+                      "'response_format.json_schema.name' must be a non-empty string");
+  if (auto strict = js->find("strict"); strict != js->end() && !strict->is_null() && !strict->is_boolean())
+    return WrongType("response_format.json_schema.strict", "a boolean", *strict);
+  auto schema = js->find("schema");
+  // OpenAI: without a schema the model may answer any JSON object.
+  if (schema == js->end() || schema->is_null()) {
+    out->grammar = grammar::JsonObjectGbnf();
+  } else {
+    if (!schema->is_object()) return WrongType("response_format.json_schema.schema", "an object", *schema);
+    auto g = grammar::JsonSchemaToGbnf(*schema);
+    if (!g.ok()) return schema_error("response_format.json_schema.schema", g.status());
+    out->grammar = std::move(*g);
+  }
+  out->grammar_param = "response_format";
+  return std::nullopt;
+}
+
 ojson ParseBody(std::string_view body_text, std::optional<ApiError>* error) {
   ojson body;
   try {
@@ -463,6 +539,7 @@ std::optional<ApiError> ParseRequest(std::string_view body_text, Endpoint endpoi
 
   if (auto e = ReadPenalties(body, &out->sampling)) return e;
   if (auto e = ReadLogprobs(body, endpoint, &out->logprobs)) return e;
+  if (auto e = ReadConstraint(body, out)) return e;
 
   // dspark's extension: where temperature sits in the sampler chain (sampling/sampling.h).
   if (auto it = body.find("sampler_order"); it != body.end() && !it->is_null()) {

@@ -45,8 +45,13 @@ struct ApiRequest {
   nlohmann::ordered_json template_vars = nlohmann::ordered_json::object();  // tools, chat_template_kwargs
   // The validated `tools` (empty: none) and `tool_choice`. The tools reach the chat template; the
   // output is parsed for calls unless the choice is "none".
-  nlohmann::json tools = nlohmann::json::array();
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
   ToolChoice tool_choice;
+  bool parallel_tool_calls = true;  // false: a required call is exactly one
+  // Structured output as GBNF (from response_format, `grammar` or `json_schema`; empty: none) and
+  // the field it came from, which errors name.
+  std::string grammar;
+  std::string grammar_param;
   std::optional<int> max_tokens;  // absent: as many as the context allows (capped by the server)
   SamplingParams sampling;        // OpenAI's default temperature is 1
   // Whether the client sent a seed. A seeded request draws keyed (sampling.keyed): its output does

@@ -1,5 +1,10 @@
 #include "serve/tool_calls.h"
 
+#include <fmt/format.h>
+
+#include "grammar/gbnf.h"
+#include "grammar/json_schema.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -683,6 +688,70 @@ std::optional<std::string> ValidateToolChoice(const nlohmann::json& choice, cons
   out->mode = ToolChoiceMode::kFunction;
   out->name = name->get<std::string>();
   return std::nullopt;
+}
+
+Result<std::string> ToolCallGrammar(ToolFormat format, const nlohmann::ordered_json& tools, const ToolChoice& choice,
+                                    bool parallel) {
+  using grammar::GbnfLiteral;
+  std::string rules;
+  std::vector<std::string> calls;  // one rule per callable tool
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const nlohmann::ordered_json& fn = tools[i]["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (choice.mode == ToolChoiceMode::kFunction && name != choice.name) continue;
+    const std::string prefix = "t" + std::to_string(i) + "-";
+    auto params = fn.find("parameters");
+    Result<std::string> args = params == fn.end() || params->is_null()
+                                   ? Result<std::string>(grammar::JsonObjectGbnf(prefix))
+                                   : grammar::JsonSchemaToGbnf(*params, prefix);
+    if (!args.ok()) return args.status().WithContext(fmt::format("tools[{}].function.parameters: ", i));
+    rules += *args;
+    const std::string a = prefix + "root";
+    std::string call;
+    switch (format) {
+      case ToolFormat::kLlama3:
+        call = GbnfLiteral("{\"name\": \"" + name + "\", \"parameters\": ") + " " + a + " " + GbnfLiteral("}");
+        break;
+      case ToolFormat::kMistral:
+        call = GbnfLiteral("{\"name\": \"" + name + "\", \"arguments\": ") + " " + a + " " + GbnfLiteral("}");
+        break;
+      case ToolFormat::kDeepSeekV3:
+        call = GbnfLiteral(std::string(kDsCallBegin) + "function" + std::string(kDsSep) + name + "\n```json\n") +
+               " " + a + " " + GbnfLiteral("\n```" + std::string(kDsCallEnd));
+        break;
+      case ToolFormat::kHermes:
+      case ToolFormat::kNone:
+        call = GbnfLiteral("<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": ") + " " + a + " " +
+               GbnfLiteral("}\n</tool_call>");
+        break;
+    }
+    rules += fmt::format("call-{} ::= {}\n", i, call);
+    calls.push_back(fmt::format("call-{}", i));
+  }
+  if (calls.empty()) return InvalidArgument("tool_choice: no offered tool matches");
+  std::string call_alt;
+  for (size_t i = 0; i < calls.size(); ++i) call_alt += (i ? " | " : "") + calls[i];
+  rules += "call ::= " + call_alt + "\n";
+  // A named function is called once; "required" allows parallel calls where the format has them.
+  const bool many = choice.mode == ToolChoiceMode::kRequired && parallel;
+  switch (format) {
+    case ToolFormat::kLlama3:
+      rules += "root ::= call\n";
+      break;
+    case ToolFormat::kMistral:
+      rules += std::string("root ::= ") + GbnfLiteral("[TOOL_CALLS][") + " call" +
+               (many ? " (" + GbnfLiteral(", ") + " call)*" : "") + " " + GbnfLiteral("]") + "\n";
+      break;
+    case ToolFormat::kDeepSeekV3:
+      rules += "root ::= " + GbnfLiteral(kDsCallsBegin) + " call" + (many ? "+" : "") + " " +
+               GbnfLiteral(kDsCallsEnd) + "\n";
+      break;
+    case ToolFormat::kHermes:
+    case ToolFormat::kNone:
+      rules += std::string("root ::= call") + (many ? " (" + GbnfLiteral("\n") + " call)*" : "") + "\n";
+      break;
+  }
+  return rules;
 }
 
 }  // namespace dspark::serve

@@ -21,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/status.h"
+
 namespace dspark::serve {
 
 enum class ToolFormat { kNone, kHermes, kLlama3, kMistral, kDeepSeekV3 };
@@ -160,5 +162,13 @@ struct ToolChoice {
 // with the path ("tool_choice.function.name: ..."), or nullopt when valid.
 std::optional<std::string> ValidateToolChoice(const nlohmann::json& choice, const nlohmann::json& tools,
                                               ToolChoice* out);
+
+// The grammar that enforces a tool_choice of "required" (one or more calls of the offered tools,
+// parallel where the format allows and `parallel` says so) or a named function (one call of it), in `format`'s syntax
+// (kNone: Hermes), each call's arguments constrained by its function's `parameters` schema (any
+// object when it has none). Errors name the tool whose schema cannot be honoured.
+// `parallel` false (OpenAI's parallel_tool_calls): exactly one call.
+Result<std::string> ToolCallGrammar(ToolFormat format, const nlohmann::ordered_json& tools, const ToolChoice& choice,
+                                    bool parallel = true);
 
 }  // namespace dspark::serve

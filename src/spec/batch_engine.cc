@@ -35,8 +35,12 @@ struct BatchEngine::Sequence {
   // its next proposal first catches up on them. 0 when it drafted the step before.
   int rows_behind = 0;
 
+  std::optional<grammar::GrammarState> grammar;  // after the committed tokens (constrained requests)
+  bool grammar_dead = false;    // no token could continue the constrained text
+
   // Per-step scratch.
   std::vector<float> rows;      // adjusted logits (AdjustedRows)
+  std::vector<grammar::GrammarState> draft_states;  // grammar state before each draft token
   Draft draft;
   int k = 0;
   bool asked_drafter = false;   // a draft was asked for this step
@@ -178,6 +182,10 @@ void BatchEngine::Admit() {
     if (planner_ != nullptr) planner_->Begin(slot);
     s->result.stats.prompt_tokens = static_cast<int64_t>(s->prompt.size());
     s->use_drafter = drafter_ != nullptr && s->options.speculate;
+    if (s->options.grammar != nullptr) {
+      Masker();
+      s->grammar = s->options.grammar->Start();
+    }
     StartFromCache(*s, slot);
     slots_[slot] = std::move(s);
     running_.fetch_add(1);
@@ -251,13 +259,82 @@ void BatchEngine::StartFromCache(Sequence& s, int slot) {
 }
 
 const float* BatchEngine::AdjustedRows(Sequence& s, const float* logits, int n_rows, const int32_t* draft) {
-  if (!s.options.sampling.adjusts_logits()) return logits;
+  const bool constrained = s.grammar.has_value();
+  if (!s.options.sampling.adjusts_logits() && !constrained) return logits;
   const size_t n_vocab = static_cast<size_t>(target_.config().n_vocab);
   s.rows.assign(logits, logits + static_cast<size_t>(n_rows) * n_vocab);
-  for (int i = 0; i < n_rows; ++i)
-    ApplyLogitAdjustments(s.rows.data() + i * n_vocab, static_cast<int>(n_vocab), s.options.sampling, s.context,
-                          std::span<const int32_t>(draft, draft == nullptr ? 0 : i), s.prompt.size());
+  for (int i = 0; i < n_rows; ++i) {
+    float* row = s.rows.data() + i * n_vocab;
+    if (s.options.sampling.adjusts_logits())
+      ApplyLogitAdjustments(row, static_cast<int>(n_vocab), s.options.sampling, s.context,
+                            std::span<const int32_t>(draft, draft == nullptr ? 0 : i), s.prompt.size());
+    if (constrained) {
+      const grammar::GrammarState& state = draft != nullptr && i > 0 ? s.draft_states[i] : *s.grammar;
+      if (!MaskRow(s, state, row)) s.grammar_dead = true;
+    }
+  }
   return s.rows.data();
+}
+
+const grammar::TokenMasker& BatchEngine::Masker() {
+  if (masker_ == nullptr) {
+    const int n_vocab = target_.config().n_vocab;
+    token_bytes_.resize(n_vocab);
+    // Control tokens spell their text (tool-call markers are control tokens in some vocabularies);
+    // end-of-generation tokens are allowed by the grammar's completeness alone.
+    for (int id = 0; id < n_vocab; ++id)
+      token_bytes_[id] = tokenizer_.IsEog(id) ? std::string() : tokenizer_.TokenToPiece(id, /*render_special=*/true);
+    masker_ = std::make_unique<grammar::TokenMasker>(token_bytes_);
+  }
+  return *masker_;
+}
+
+bool BatchEngine::GrammarAllows(const grammar::Grammar& g, const grammar::GrammarState& state, int32_t id) const {
+  if (tokenizer_.IsEog(id)) return g.CanEnd(state);
+  return !token_bytes_[id].empty() && g.Accepts(state, token_bytes_[id]);
+}
+
+bool BatchEngine::MaskRow(const Sequence& s, const grammar::GrammarState& state, float* row) {
+  const grammar::Grammar& g = *s.options.grammar;
+  const int n_vocab = target_.config().n_vocab;
+  if (s.options.sampling.greedy() && s.options.logprobs < 0 && GrammarAllows(g, state, Argmax(row, n_vocab)))
+    return true;
+  thread_local std::vector<uint8_t> allowed;
+  Masker().AllowedTokens(g, state, &allowed);
+  const bool can_end = g.CanEnd(state);
+  bool any = false;
+  for (int id = 0; id < n_vocab; ++id) {
+    const bool ok = tokenizer_.IsEog(id) ? can_end : allowed[id] != 0;
+    if (ok) any = true;
+    else row[id] = -INFINITY;
+  }
+  return any;
+}
+
+void BatchEngine::ConstrainDraft(Sequence& s) {
+  if (!s.grammar) return;
+  Masker();
+  const grammar::Grammar& g = *s.options.grammar;
+  Draft& d = s.draft;
+  s.draft_states.assign(1, *s.grammar);
+  size_t keep = 0;
+  while (keep < d.tokens.size()) {
+    const int32_t id = d.tokens[keep];
+    if (!GrammarAllows(g, s.draft_states.back(), id)) break;
+    ++keep;
+    grammar::GrammarState next = s.draft_states.back();
+    if (tokenizer_.IsEog(id)) {  // the text ends: nothing after it is emitted, whatever its row says
+      s.draft_states.push_back(std::move(next));
+      break;
+    }
+    g.Advance(&next, token_bytes_[id]);
+    s.draft_states.push_back(std::move(next));
+  }
+  if (keep == d.tokens.size()) return;
+  d.tokens.resize(keep);
+  if (d.q.size() > keep) d.q.resize(keep);
+  if (d.probs.size() > keep) d.probs.resize(keep);
+  if (d.survival.size() > keep) d.survival.resize(keep);
 }
 
 int32_t BatchEngine::SampleAt(Sequence& s, const float* row) {
@@ -271,6 +348,12 @@ int32_t BatchEngine::SampleAt(Sequence& s, const float* row) {
 bool BatchEngine::Emit(Sequence& s, int32_t id, TokenSource source, const float* row) {
   if (!s.options.ignore_eos && tokenizer_.IsEog(id)) {
     s.stop_reason = "eos";
+    return false;
+  }
+  if (s.grammar && !tokenizer_.IsEog(id) && !s.options.grammar->Advance(&*s.grammar, token_bytes_[id])) {
+    // Masked rows never sample such a token; a broken mask would otherwise break the promise.
+    s.stop_reason = "error";
+    s.result.error = "grammar: the sampled token does not continue the constrained text";
     return false;
   }
   s.result.ids.push_back(id);
@@ -424,6 +507,7 @@ double BatchEngine::Propose(const std::vector<Sequence*>& decoding, int prompt_r
     }
     s.draft = std::move(*proposed[j]);
     s.result.stats.num_draft_calls += s.draft.forward_passes;
+    ConstrainDraft(s);
   }
   return ms;
 }
@@ -515,6 +599,11 @@ void BatchEngine::CommitPrompts(const std::vector<Sequence*>& prefilling, const 
     const auto ts0 = Clock::now();
     const float* logits =
         AdjustedRows(*s, pass.out.Logits(pass.logit_index[s->row0 + s->n_rows - 1], n_vocab), 1, nullptr);
+    if (s->grammar_dead) {
+      s->result.error = "grammar: no token of the vocabulary can continue the constrained text";
+      Finish(*s, "error");
+      continue;
+    }
     const int32_t first = SampleAt(*s, logits);
     st.sample_ms += MsSince(ts0);
     s->context.push_back(first);
@@ -547,6 +636,12 @@ Result<int> BatchEngine::VerifyAndCommit(const std::vector<Sequence*>& decoding,
     const auto ts0 = Clock::now();
     const float* rows = AdjustedRows(*s, pass.out.Logits(pass.logit_index[s->row0], n_vocab), s->k + 1,
                                      s->draft.tokens.data());
+    if (s->grammar_dead) {
+      s->result.error = "grammar: no token of the vocabulary can continue the constrained text";
+      DSPARK_TRY(cache_.Truncate(s->slot, n_past));
+      Finish(*s, "error");
+      continue;
+    }
     const VerifyResult vr =
         s->options.sampling.keyed
             ? VerifyKeyed(s->draft, s->k, rows, n_vocab, s->options.sampling, s->result.stats.generated_tokens)

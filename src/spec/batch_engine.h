@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/matcher.h"
 #include "model/model.h"
 #include "spec/drafter.h"
 #include "spec/planner.h"
@@ -42,6 +43,10 @@ struct GenerateOptions {
   // over the logits after the request's adjustments (SamplingParams::logit_bias, penalties), at
   // temperature 1: the same for a token accepted from a draft as plain decoding computes.
   int logprobs = -1;
+  // Constrained decoding: every token is one the grammar allows (end-of-generation only where the
+  // text is complete). The target's rows are masked before sampling and verification, so the
+  // output is exactly plain constrained decoding's; a draft token the grammar forbids ends the draft.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 enum class TokenSource { kTarget, kDraft };  // sampled by the target vs an accepted draft token
@@ -140,6 +145,15 @@ class BatchEngine {
   // (the logits themselves when it has none); row i counts draft[0, i) as generated before it.
   const float* AdjustedRows(Sequence& s, const float* logits, int n_rows, const int32_t* draft);
   int32_t SampleAt(Sequence& s, const float* row);
+  // Grammar-constrained requests: cuts `s`'s draft at its first token the grammar forbids and
+  // records the grammar state in front of each remaining draft token.
+  void ConstrainDraft(Sequence& s);
+  // Masks one row to the tokens the grammar allows in `state`. Greedy rows without logprobs are
+  // only masked when their argmax is forbidden (the masked argmax is the same otherwise). False:
+  // no token can continue and the text cannot end (a grammar the vocabulary cannot spell).
+  bool MaskRow(const Sequence& s, const grammar::GrammarState& state, float* row);
+  bool GrammarAllows(const grammar::Grammar& g, const grammar::GrammarState& state, int32_t id) const;
+  const grammar::TokenMasker& Masker();
   void FailDrafter(Sequence& s, const Status& status);
 
   Model& target_;
@@ -165,6 +179,10 @@ class BatchEngine {
   std::vector<int64_t> slot_used_;
   int64_t clock_ = 0;
   PromptStore store_;
+  // Grammar-constrained decoding: each token's bytes (control tokens' text; end-of-generation
+  // tokens empty) and their trie, built on the first constrained request.
+  std::vector<std::string> token_bytes_;
+  std::unique_ptr<grammar::TokenMasker> masker_;
   std::atomic<int> running_{0};
 };
 

@@ -144,9 +144,16 @@ TEST_F(Cli, ChatRendersTheTemplateAroundThePromptAndTheSystemMessage) {
   EXPECT_EQ(JsonInt(chat.out, "prompt_tokens"), n_tokens) << tokens.out;
   EXPECT_EQ(n_tokens, 26);
 
-  const CliRun no_template = Dspark("generate -m " + Model() + " --chat -p x -n 4");
-  EXPECT_NE(no_template.exit_code, 0);
-  EXPECT_NE(no_template.err.find("no chat template"), std::string::npos) << no_template.err;
+  // The bundled model's own template (ChatML): the default system message, the user turn and the
+  // assistant header around the prompt.
+  const CliRun own = Dspark("generate -m " + Model() + " --chat -p x -n 4 --json");
+  ASSERT_EQ(own.exit_code, 0) << own.err;
+  const CliRun chatml = Dspark(
+      "tokenize -m " + Model() + " -p " +
+      ShellQuote("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n"
+                 "<|im_start|>assistant\n"));
+  ASSERT_EQ(chatml.exit_code, 0) << chatml.err;
+  EXPECT_EQ(JsonInt(own.out, "prompt_tokens"), static_cast<long>(std::count(chatml.out.begin(), chatml.out.end(), ',')) + 1);
   const CliRun no_chat = Dspark("generate -m " + Model() + " --system-prompt x -p x -n 4");
   EXPECT_NE(no_chat.exit_code, 0);
   EXPECT_NE(no_chat.err.find("need --chat"), std::string::npos) << no_chat.err;

@@ -17,6 +17,8 @@
 #include "spec/drafters/factory.h"
 #include "spec/drafters/lookup_first.h"
 #include "spec/drafters/ngram.h"
+#include "grammar/gbnf.h"
+#include "grammar/matcher.h"
 #include "spec/batch_engine.h"
 #include "spec/drafters/synthetic.h"
 #include "spec/engine.h"
@@ -438,6 +440,64 @@ TEST_F(Lossless, KeyedSamplingIsIdenticalWithEveryDrafterAndUnderLoad) {
     }
     ASSERT_TRUE(engine.RunUntilIdle().ok());
     EXPECT_EQ(loaded_ids, plain->ids) << "seed " << seed << " under load";
+  }
+}
+
+// Grammar-constrained decoding: speculative output equals plain constrained decoding token for
+// token (greedy, and keyed sampling), draft tokens the grammar forbids end their drafts, and the
+// output spells a sentence of the grammar.
+TEST_F(Lossless, GrammarConstrainedOutputEqualsPlainAndFollowsTheGrammar) {
+  // A grammar over a few of the vocabulary's own pieces: sequences of them, then a closing one.
+  std::vector<std::string> words;
+  for (int32_t id = 3; id < target_.model->config().n_vocab && words.size() < 6; ++id) {
+    const std::string piece = target_.tok->TokenToPiece(id);
+    if (piece.size() >= 2 && std::all_of(piece.begin(), piece.end(), [](char c) { return c >= ' ' && c < 127; }))
+      words.push_back(piece);
+  }
+  ASSERT_GE(words.size(), 3u) << "the tiny vocabulary has too few printable pieces";
+  std::string alt;
+  for (size_t i = 0; i + 1 < words.size(); ++i) alt += (i ? " | " : "") + grammar::GbnfLiteral(words[i]);
+  const std::string gbnf = "root ::= (" + alt + ")+ " + grammar::GbnfLiteral(words.back()) + "\n";
+  auto grammar = grammar::Grammar::Compile(gbnf);
+  ASSERT_TRUE(grammar.ok()) << grammar.status().message() << "\n" << gbnf;
+  for (const bool keyed : {false, true}) {
+    GenerateOptions go;
+    go.max_new_tokens = 30;
+    go.grammar = *grammar;
+    if (keyed) {
+      go.sampling.temperature = 0.9f;
+      go.sampling.keyed = true;
+      go.sampling.seed = 5;
+    }
+    const auto prompt = Prompt(2);
+    ScheduleOptions so;
+    so.n_max = 5;
+    SpeculativeEngine plain_engine(*target_.model, *target_.tok, pool_, 256, nullptr, so);
+    auto plain = plain_engine.GenerateFromIds(prompt, go);
+    ASSERT_TRUE(plain.ok());
+    ASSERT_NE(plain->stop_reason, "error") << plain->error;
+    // Every prefix of the output is a prefix of a sentence of the grammar.
+    grammar::GrammarState st = (*grammar)->Start();
+    EXPECT_TRUE((*grammar)->Advance(&st, plain->text)) << plain->text;
+    std::map<std::string, std::unique_ptr<Drafter>> drafters;
+    drafters["draft-same"] = DraftModel(target_path_, 256);
+    drafters["draft-other"] = DraftModel(other_path_, 256);
+    drafters["ngram"] = std::make_unique<NgramDrafter>(NgramOptions{1, 3});
+    // Drafts that mostly follow the constrained output, with forbidden tokens among them.
+    std::vector<int32_t> reference = prompt;
+    reference.insert(reference.end(), plain->ids.begin(), plain->ids.end());
+    drafters["synthetic"] = std::make_unique<SyntheticDrafter>(reference, target_.model->config().n_vocab, 0.7);
+    for (auto& [name, d] : drafters) {
+      SpeculativeEngine engine(*target_.model, *target_.tok, pool_, 256, d.get(), so);
+      auto r = engine.GenerateFromIds(prompt, go);
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(r->ids, plain->ids) << name << (keyed ? " keyed" : " greedy");
+      EXPECT_EQ(r->stop_reason, plain->stop_reason) << name;
+      if (name == "synthetic") {
+        EXPECT_GT(r->stats.num_accepted_tokens, 0) << name;
+        EXPECT_LT(r->stats.num_draft_tokens, r->stats.num_steps * so.n_max) << "no draft was cut";
+      }
+    }
   }
 }
 

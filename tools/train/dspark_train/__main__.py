@@ -23,6 +23,7 @@ COMMANDS = {
     "model-card": ("model_card", "regenerate models/README.md from models/ref-*.json"),
     "llama-spm": ("llama_spm", "llama.cpp's SPM tokenizer vs sentencepiece on a corpus split"),
     "ref-forward": ("ref_forward", "float64 numpy forward of a qwen3 GGUF (prints argmaxes)"),
+    "set-chat-template": ("set_chat_template", "add/replace tokenizer.chat_template in a GGUF (ChatML by default), tensors untouched"),
     "inflate": ("inflate", "grow the target (and DSpark drafter) to a real model's shape, same predictions"),
 }
 

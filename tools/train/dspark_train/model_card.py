@@ -35,6 +35,17 @@ pin the exact data.
 | (built) `build/models/ref-{draft,dspark}-q8_0.gguf` | Q8_0 copies of both drafters that `make drafters` writes with `dspark quantize`: `make run` and the benchmarks draft with them (a Q8_0 DSpark drafter also reads the shared head as Q8_0). Drafting costs about half; the output is still the F16 target's, token for token |
 | `ref-*.json` | training/evaluation summary each exporter writes; this README is generated from them |
 
+All three GGUFs carry a ChatML chat template (`tokenizer.chat_template`, the text of
+`tools/train/dspark_train/chatml.jinja`), so `/v1/chat/completions` and `dspark generate --chat` work
+with them: `<|im_start|>role ... <|im_end|>` turns, `tools` listed in the system turn inside
+`<tools></tools>`, assistant calls as `<tool_call>{"name": ..., "arguments": ...}</tool_call>` (Hermes),
+tool results as `<tool_response>`. The vocabulary has no control tokens for the markers; they are
+encoded as ordinary text, and the models were trained on code, not on chats. The exporters write
+the template; `python3 -m dspark_train set-chat-template IN.gguf OUT.gguf [--template FILE]` adds or
+replaces it in an existing file without touching anything else (the tensor data stays byte for byte).
+The bundled files got it that way after training: the goldens in `tests/data/golden/` name their
+sha256 from before, and still hold, as the tensor data is the same.
+
 """
 
 
