@@ -61,6 +61,39 @@ struct Outcome {
   const SpecStats* stats = nullptr;
   std::string error;
 };
+
+// One choice of a /v1 request: its engine request, what its stream has sent, and its result.
+struct Choice {
+  std::shared_ptr<RequestChannel> channel;
+  int64_t engine_id = -1;
+  uint64_t seed = 0;
+  bool first = true;  // no chunk sent yet (the first chat chunk carries the role)
+  bool done = false;
+  std::optional<LogprobsWriter> logprobs;
+  std::optional<ToolCallStreamParser> tools;
+  GenerateResult result;
+  std::string finish_reason;
+};
+
+// Choice i's seed: the request's for the first, a seed of its own derived from it for the others.
+uint64_t ChoiceSeed(uint64_t seed, int i) {
+  if (i == 0) return seed;
+  uint64_t x = seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i));
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return (x ^ (x >> 31)) & ((uint64_t{1} << 53) - 1);
+}
+
+// The statistics of all choices: the prompt counted once, as OpenAI bills it.
+SpecStats MergedStats(const std::vector<Choice>& choices) {
+  SpecStats merged;
+  for (const Choice& c : choices) merged.Merge(c.result.stats);
+  if (!choices.empty()) {
+    merged.prompt_tokens = choices[0].result.stats.prompt_tokens;
+    merged.prompt_cached_tokens = choices[0].result.stats.prompt_cached_tokens;
+  }
+  return merged;
+}
 }  // namespace
 
 struct HttpServer::Impl {
@@ -82,6 +115,9 @@ struct HttpServer::Impl {
 
   void Routes();
   void HandleGenerate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  // The SSE chunks of one event of choice `index` of `n` (its deltas, or its finish chunk).
+  static std::string ChoiceEvents(const ResponseHeader& h, int index, int n, Choice& c, StreamEvent ev,
+                                  bool return_tokens);
   void SendError(httplib::Response& res, const ApiError& e) const {
     res.status = e.http_status;
     res.set_content(Dump(e.ToJson()), "application/json");
@@ -182,30 +218,49 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
   go.stop = r.stop;
   go.ignore_eos = r.ignore_eos;
   go.speculate = r.speculate;
-  auto channel = std::make_shared<RequestChannel>();
-  channel->arrival = t0;
   const uint64_t go_seed = go.sampling.seed;
   // Tool calls are parsed out of the output when the request offers tools and allows calls.
   const bool parse_tools = chat && !r.tools.empty() && r.tool_choice.mode != ToolChoiceMode::kNone;
-  Result<int64_t> engine_id = loop->Submit(std::move(ids), std::move(go), channel);
-  if (!engine_id.ok()) {
-    ApiError e;
-    if (engine_id.status().code() == StatusCode::kResourceExhausted) {
-      e.http_status = 429;
-      e.type = "rate_limit_error";
-      e.code = "server_busy";
-    } else if (engine_id.status().code() == StatusCode::kUnavailable) {
-      e.http_status = 503;
-      e.type = "server_error";
-      e.code = "shutting_down";
-    } else {
-      e.param = prompt_field;
-      e.code = "invalid_value";
+  const auto piece = [this](int32_t id) { return tokenizer.TokenToPiece(id, /*render_special=*/true); };
+
+  // One engine request per choice. The choices share the prompt's KV (the engine copies the
+  // first one's rows) and each draws from a stream of its own.
+  auto choices = std::make_shared<std::vector<Choice>>(r.n);
+  for (int i = 0; i < r.n; ++i) {
+    Choice& c = (*choices)[i];
+    c.channel = std::make_shared<RequestChannel>();
+    c.channel->arrival = t0;
+    GenerateOptions gi = go;
+    gi.sampling.seed = ChoiceSeed(go_seed, i);
+    c.seed = gi.sampling.seed;
+    if (r.logprobs >= 0) c.logprobs.emplace(endpoint, piece);
+    if (parse_tools) c.tools.emplace(tool_format, nlohmann::json(r.tools), c.seed);
+    Result<int64_t> engine_id = loop->Submit(ids, std::move(gi), c.channel);
+    if (!engine_id.ok()) {
+      for (int j = 0; j < i; ++j) loop->Cancel((*choices)[j].engine_id);
+      ApiError e;
+      if (engine_id.status().code() == StatusCode::kResourceExhausted) {
+        e.http_status = 429;
+        e.type = "rate_limit_error";
+        e.code = "server_busy";
+      } else if (engine_id.status().code() == StatusCode::kUnavailable) {
+        e.http_status = 503;
+        e.type = "server_error";
+        e.code = "shutting_down";
+      } else {
+        e.param = prompt_field;
+        e.code = "invalid_value";
+      }
+      e.message = engine_id.status().message();
+      if (e.http_status == 429) res.set_header("Retry-After", "1");
+      return Fail(res, req.path, t0, e);
     }
-    e.message = engine_id.status().message();
-    if (e.http_status == 429) res.set_header("Retry-After", "1");
-    return Fail(res, req.path, t0, e);
+    c.engine_id = *engine_id;
   }
+  const auto cancel_all = [this, choices] {
+    for (const Choice& c : *choices)
+      if (!c.done) loop->Cancel(c.engine_id);
+  };
 
   ResponseHeader h;
   h.id = NextId(endpoint);
@@ -213,7 +268,6 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
   h.model = r.model.empty() ? opt.model_name : r.model;
   h.endpoint = endpoint;
   h.seed = go_seed;
-  const auto piece = [this](int32_t id) { return tokenizer.TokenToPiece(id, /*render_special=*/true); };
 
   if (!r.stream) {
     // Nothing is written until the generation ends, so no write can fail when the client hangs
@@ -224,20 +278,26 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
     constexpr auto kProbeInterval = std::chrono::milliseconds(100);
     Clock::time_point next_probe = Clock::now() + kProbeInterval;
     bool client_gone = false;
-    StreamEvent ev;
-    for (;;) {
-      if (channel->Pop(&ev, kProbeInterval) && ev.kind == StreamEvent::Kind::kDone) break;
-      if (conn_fd < 0 || client_gone || Clock::now() < next_probe) continue;
-      next_probe = Clock::now() + kProbeInterval;
-      if (PeerClosed(conn_fd)) {
-        client_gone = true;
-        loop->Cancel(*engine_id);  // the done event follows at the next step boundary
+    for (Choice& c : *choices) {
+      StreamEvent ev;
+      for (;;) {
+        if (c.channel->Pop(&ev, kProbeInterval) && ev.kind == StreamEvent::Kind::kDone) break;
+        if (conn_fd < 0 || client_gone || Clock::now() < next_probe) continue;
+        next_probe = Clock::now() + kProbeInterval;
+        if (PeerClosed(conn_fd)) {
+          client_gone = true;
+          cancel_all();  // the done events follow at the next step boundary
+        }
       }
+      c.done = true;
+      c.result = std::move(ev.result);
     }
-    const GenerateResult& result = ev.result;
+    SpecStats merged = MergedStats(*choices);
     Outcome o;
-    o.stats = &result.stats;
-    o.finish_reason = FinishReason(result.stop_reason);
+    o.stats = &merged;
+    o.finish_reason = FinishReason((*choices)[0].result.stop_reason);
+    const bool cancelled = std::any_of(choices->begin(), choices->end(),
+                                       [](const Choice& c) { return c.result.stop_reason == "cancelled"; });
     if (client_gone) {
       // Nobody reads the answer (a client that only half-closed does). The body must not be
       // empty: the error handler would record an empty 4xx response a second time.
@@ -247,7 +307,7 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
       e.message = "the client closed the connection; the generation was cancelled";
       SendError(res, e);
       o.http_status = 499;
-    } else if (result.stop_reason == "cancelled") {
+    } else if (cancelled) {
       ApiError e;
       e.http_status = 503;
       e.type = "server_error";
@@ -256,128 +316,172 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
       SendError(res, e);
       o.http_status = 503;
     } else {
-      nlohmann::json logprobs = nullptr;
-      if (r.logprobs >= 0) logprobs = LogprobsWriter(endpoint, piece).Write(result.logprobs);
-      nlohmann::json body = Response(h, result.text, o.finish_reason, result.stats,
-                                     r.return_tokens ? &result.ids : nullptr, std::move(logprobs));
-      if (parse_tools) {
-        ParsedAssistant parsed = ParseToolCalls(tool_format, result.text, nlohmann::json(r.tools), go_seed);
-        if (!parsed.tool_calls.empty()) {
-          nlohmann::json& message = body["choices"][0]["message"];
-          message["content"] = parsed.content.empty() ? nlohmann::json(nullptr) : nlohmann::json(parsed.content);
-          message["tool_calls"] = ToolCallsJson(parsed.tool_calls);
-          // A generation cut by max_tokens stays "length", as OpenAI reports it.
-          if (o.finish_reason == "stop") body["choices"][0]["finish_reason"] = o.finish_reason = "tool_calls";
+      nlohmann::json body;
+      for (int i = 0; i < r.n; ++i) {
+        const GenerateResult& result = (*choices)[i].result;
+        nlohmann::json logprobs = nullptr;
+        if (r.logprobs >= 0) logprobs = LogprobsWriter(endpoint, piece).Write(result.logprobs);
+        nlohmann::json one = Response(h, result.text, FinishReason(result.stop_reason), result.stats,
+                                      r.return_tokens ? &result.ids : nullptr, std::move(logprobs));
+        nlohmann::json& choice = one["choices"][0];
+        choice["index"] = i;
+        if (parse_tools) {
+          ParsedAssistant parsed = ParseToolCalls(tool_format, result.text, nlohmann::json(r.tools), (*choices)[i].seed);
+          if (!parsed.tool_calls.empty()) {
+            nlohmann::json& message = choice["message"];
+            message["content"] = parsed.content.empty() ? nlohmann::json(nullptr) : nlohmann::json(parsed.content);
+            message["tool_calls"] = ToolCallsJson(parsed.tool_calls);
+            // A generation cut by max_tokens stays "length", as OpenAI reports it.
+            if (choice["finish_reason"] == "stop") choice["finish_reason"] = "tool_calls";
+          }
         }
+        if (i == 0) {
+          body = std::move(one);
+        } else {
+          body["choices"].push_back(std::move(choice));
+        }
+      }
+      o.finish_reason = body["choices"][0]["finish_reason"].get<std::string>();
+      if (r.n > 1) {
+        body["usage"] = Usage(merged.prompt_tokens, merged.generated_tokens, merged.prompt_cached_tokens);
+        body["dspark"] = SpecJson(merged);
       }
       res.set_content(Dump(body), "application/json");
     }
     return Finished(h.id, req.path, t0, o);
   }
 
-  // Streaming: the content provider runs on this HTTP thread until the done event.
+  // Streaming: the content provider runs on this HTTP thread until every choice is done.
   struct StreamState {
-    std::shared_ptr<RequestChannel> channel;
-    int64_t engine_id = -1;
+    std::shared_ptr<std::vector<Choice>> choices;
     ResponseHeader header;
     std::string path;
     Clock::time_point t0;
-    bool first = true;
     bool finished = false;
     bool return_tokens = false;
-    std::optional<LogprobsWriter> logprobs;
-    std::optional<ToolCallStreamParser> tools;
+    Clock::time_point last_write = Clock::now();
   };
   auto st = std::make_shared<StreamState>();
-  st->channel = channel;
-  st->engine_id = *engine_id;
+  st->choices = choices;
   st->header = h;
   st->path = req.path;
   st->t0 = t0;
   st->return_tokens = r.return_tokens;
-  if (r.logprobs >= 0) st->logprobs.emplace(endpoint, piece);
-  if (parse_tools) st->tools.emplace(tool_format, nlohmann::json(r.tools), go_seed);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, st](size_t, httplib::DataSink& sink) -> bool {
-        StreamEvent ev;
-        if (!st->channel->Pop(&ev, std::chrono::milliseconds(250))) {
+      [this, st, cancel_all](size_t, httplib::DataSink& sink) -> bool {
+        std::vector<Choice>& cs = *st->choices;
+        const int n = static_cast<int>(cs.size());
+        // Events of every choice that has some; waits on the first running one when none has.
+        std::string data;
+        bool any = false;
+        for (int i = 0; i < n; ++i) {
+          Choice& c = cs[i];
+          if (c.done) continue;
+          StreamEvent ev;
+          const auto wait = any ? std::chrono::milliseconds(0) : std::chrono::milliseconds(n == 1 ? 250 : 20);
+          if (!c.channel->Pop(&ev, wait)) continue;
+          any = true;
+          data += ChoiceEvents(st->header, i, n, c, std::move(ev), st->return_tokens);
+        }
+        const bool all_done = std::all_of(cs.begin(), cs.end(), [](const Choice& c) { return c.done; });
+        if (all_done) {
+          st->finished = true;
+          SpecStats merged = MergedStats(cs);
+          if (n > 1) {
+            // The usage of all choices in a last chunk of its own, as OpenAI sends it.
+            nlohmann::json last = FinalChunk(st->header, "", merged);
+            last["choices"] = nlohmann::json::array();
+            data += SseEvent(last);
+          }
+          data += "data: [DONE]\n\n";
+          const bool ok = sink.write(data.data(), data.size());
+          sink.done();
+          Outcome o;
+          o.stats = &merged;
+          o.finish_reason = cs[0].finish_reason;
+          if (!ok) o.http_status = 499;  // client closed the connection
+          Finished(st->header.id, st->path, st->t0, o);
+          return ok;
+        }
+        if (data.empty()) {
+          if (Clock::now() - st->last_write < std::chrono::milliseconds(250)) return true;
           // An SSE comment while nothing comes (e.g. queued): the write fails once the client is
           // gone, which cancels the request instead of letting it occupy a slot.
-          static constexpr char kPing[] = ": ping\n\n";
-          if (sink.write(kPing, sizeof(kPing) - 1)) return true;
-          loop->Cancel(st->engine_id);
-          return false;
+          data = ": ping\n\n";
         }
-        if (ev.kind == StreamEvent::Kind::kToken) {
-          // With return_tokens or logprobs every token gets a chunk, even one whose text is still
-          // held back.
-          int32_t token = st->return_tokens ? ev.id : -1;
-          nlohmann::json logprobs = nullptr;
-          if (st->logprobs && ev.logprob) logprobs = st->logprobs->Write(std::span(&*ev.logprob, 1));
-          std::string data;
-          if (st->tools) {
-            // Content and calls as the parser releases them; a token whose text it holds back
-            // still gets its chunk when it carries an id or logprobs.
-            std::vector<ToolStreamEvent> events = st->tools->Feed(ev.text);
-            if (events.empty() && (token >= 0 || !logprobs.is_null())) events.push_back(ToolStreamEvent{});
-            for (const ToolStreamEvent& te : events) {
-              nlohmann::json chunk = TokenChunk(st->header, "", SourceName(ev.source), st->first, token, logprobs);
-              nlohmann::json delta = ToOpenAiDelta(te);
-              if (st->first) delta["role"] = "assistant";
-              chunk["choices"][0]["delta"] = std::move(delta);
-              data += SseEvent(chunk);
-              st->first = false;
-              token = -1;
-              logprobs = nullptr;
-            }
-            if (data.empty()) return true;
-          } else {
-            if (ev.text.empty() && token < 0 && logprobs.is_null()) return true;
-            data = SseEvent(
-                TokenChunk(st->header, ev.text, SourceName(ev.source), st->first, token, std::move(logprobs)));
-            st->first = false;
-          }
-          if (sink.write(data.data(), data.size())) return true;
-          loop->Cancel(st->engine_id);
-          return false;
-        }
-        st->finished = true;
-        const GenerateResult& result = ev.result;
-        Outcome o;
-        o.stats = &result.stats;
-        o.finish_reason = FinishReason(result.stop_reason);
-        std::string data;
-        if (st->tools) {
-          for (const ToolStreamEvent& te : st->tools->Finish()) {
-            nlohmann::json chunk = TokenChunk(st->header, "", "target", st->first);
-            nlohmann::json delta = ToOpenAiDelta(te);
-            if (st->first) delta["role"] = "assistant";
-            chunk["choices"][0]["delta"] = std::move(delta);
-            data += SseEvent(chunk);
-            st->first = false;
-          }
-          if (st->tools->has_tool_calls() && o.finish_reason == "stop") o.finish_reason = "tool_calls";
-        }
-        data += SseEvent(FinalChunk(st->header, o.finish_reason, result.stats)) + "data: [DONE]\n\n";
-        const bool ok = sink.write(data.data(), data.size());
-        sink.done();
-        if (!ok) o.http_status = 499;  // client closed the connection
-        Finished(st->header.id, st->path, st->t0, o);
-        return ok;
+        st->last_write = Clock::now();
+        if (sink.write(data.data(), data.size())) return true;
+        cancel_all();
+        return false;
       },
-      [this, st](bool) {
+      [this, st, cancel_all](bool) {
         if (st->finished) return;
         st->finished = true;
-        loop->Cancel(st->engine_id);
+        cancel_all();
         Outcome o;
         o.http_status = 499;  // nginx's "client closed request"
         o.finish_reason = "cancelled";
         o.error = "client disconnected mid-stream; generation cancelled";
         Finished(st->header.id, st->path, st->t0, o);
       });
+}
+
+std::string HttpServer::Impl::ChoiceEvents(const ResponseHeader& h, int index, int n, Choice& c, StreamEvent ev,
+                                           bool return_tokens) {
+  // Chunks carry the choice's index; with one choice the finish chunk also carries the usage.
+  const auto indexed = [index](nlohmann::json chunk) {
+    chunk["choices"][0]["index"] = index;
+    return chunk;
+  };
+  const auto delta_chunk = [&](const ToolStreamEvent& te, const char* source, int32_t token, nlohmann::json logprobs) {
+    nlohmann::json chunk = TokenChunk(h, "", source, c.first, token, std::move(logprobs));
+    nlohmann::json delta = ToOpenAiDelta(te);
+    if (c.first) delta["role"] = "assistant";
+    chunk["choices"][0]["delta"] = std::move(delta);
+    c.first = false;
+    return SseEvent(indexed(std::move(chunk)));
+  };
+  std::string data;
+  if (ev.kind == StreamEvent::Kind::kToken) {
+    // With return_tokens or logprobs every token gets a chunk, even one whose text is still held
+    // back.
+    int32_t token = return_tokens ? ev.id : -1;
+    nlohmann::json logprobs = nullptr;
+    if (c.logprobs && ev.logprob) logprobs = c.logprobs->Write(std::span(&*ev.logprob, 1));
+    if (c.tools) {
+      // Content and calls as the parser releases them; a token whose text it holds back still gets
+      // its chunk when it carries an id or logprobs.
+      std::vector<ToolStreamEvent> events = c.tools->Feed(ev.text);
+      if (events.empty() && (token >= 0 || !logprobs.is_null())) events.push_back(ToolStreamEvent{});
+      for (const ToolStreamEvent& te : events) {
+        data += delta_chunk(te, SourceName(ev.source), token, logprobs);
+        token = -1;
+        logprobs = nullptr;
+      }
+      return data;
+    }
+    if (ev.text.empty() && token < 0 && logprobs.is_null()) return data;
+    data = SseEvent(indexed(TokenChunk(h, ev.text, SourceName(ev.source), c.first, token, std::move(logprobs))));
+    c.first = false;
+    return data;
+  }
+  c.done = true;
+  c.result = std::move(ev.result);
+  c.finish_reason = FinishReason(c.result.stop_reason);
+  if (c.tools) {
+    for (const ToolStreamEvent& te : c.tools->Finish()) data += delta_chunk(te, "target", -1, nullptr);
+    if (c.tools->has_tool_calls() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
+  }
+  nlohmann::json last = indexed(FinalChunk(h, c.finish_reason, c.result.stats));
+  if (n > 1) {
+    last.erase("usage");
+    last.erase("dspark");
+  }
+  data += SseEvent(last);
+  return data;
 }
 
 void HttpServer::Impl::Routes() {

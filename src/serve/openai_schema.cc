@@ -498,7 +498,9 @@ std::optional<ApiError> ParseRequest(std::string_view body_text, Endpoint endpoi
 
   int64_t n = 1;
   if (auto e = ReadInt(body, "n", &n)) return e;
-  if (n != 1) return OutOfRangeError("n", fmt::format("must be 1 (one choice per request), got {}", n));
+  if (n < 1 || n > kMaxChoices)
+    return OutOfRangeError("n", fmt::format("must be in [1, {}] (choices per request), got {}", kMaxChoices, n));
+  out->n = static_cast<int>(n);
   int64_t best_of = 1;
   if (auto e = ReadInt(body, "best_of", &best_of)) return e;
   if (best_of != 1) return OutOfRangeError("best_of", fmt::format("must be 1, got {}", best_of));

@@ -34,6 +34,8 @@ struct ApiError {
 
 ApiError BadRequest(std::string param, std::string code, std::string message);
 
+inline constexpr int kMaxChoices = 8;
+
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
@@ -58,6 +60,7 @@ struct ApiRequest {
   // not depend on load, batch position, speculation or drafter. Without one the server draws a
   // fresh seed (and returns it) and keeps rejection sampling, whose acceptance is higher.
   bool seed_given = false;
+  int n = 1;  // choices, in [1, kMaxChoices]: each its own engine request sharing the prompt's KV
   // Log-probabilities: -1 none, else how many alternatives per token (completions: `logprobs`;
   // chat: `logprobs: true` with `top_logprobs`).
   int logprobs = -1;

@@ -156,9 +156,13 @@ void BatchEngine::Admit() {
   if (adaptive) cost_model();  // profile before the first request occupies the cache
   std::lock_guard<std::mutex> lock(mu_);
   while (!queue_.empty()) {
+    const std::vector<int32_t>& prompt = queue_.front()->prompt;
+    // A request whose prompt shares a long prefix with one still being prefilled (the choices of
+    // an n > 1 request, a common system prompt) waits until those rows exist, then copies them
+    // instead of computing them a second time.
+    if (options_.prompt_cache && WaitsForSharedPrefill(prompt)) break;
     // The free slot holding the longest prefix of the prompt; among equals (none at all, say) the
     // least recently used, whose cached rows are the least likely to be asked for again.
-    const std::vector<int32_t>& prompt = queue_.front()->prompt;
     int slot = -1;
     size_t best = 0;
     for (int i = 0; i < options_.n_parallel; ++i) {
@@ -192,6 +196,16 @@ void BatchEngine::Admit() {
   }
 }
 
+bool BatchEngine::WaitsForSharedPrefill(const std::vector<int32_t>& prompt) const {
+  const size_t cap = prompt.size() - 1;
+  for (const auto& q : slots_) {
+    if (q == nullptr || q->decoding()) continue;
+    const size_t common = std::min(CommonPrefix(q->prompt, prompt), cap);
+    if (common >= kMinCopyRows && static_cast<size_t>(q->n_prefilled) < common) return true;
+  }
+  return false;
+}
+
 std::span<const int32_t> BatchEngine::CachedTokens(int slot) const {
   const Sequence* s = slots_[slot].get();
   if (s == nullptr) return retained_[slot];
@@ -201,8 +215,6 @@ std::span<const int32_t> BatchEngine::CachedTokens(int slot) const {
 }
 
 void BatchEngine::StartFromCache(Sequence& s, int slot) {
-  // Copying rows from elsewhere pays only for a real gain over what the slot holds itself.
-  constexpr size_t kMinCopyRows = 16;
   // At least the prompt's last row runs through the target: its logits sample the first token.
   const size_t cap = s.prompt.size() - 1;
   size_t rows = 0;

@@ -129,6 +129,9 @@ class BatchEngine {
   void Admit();
   // Starts `s` on free slot `slot`, reusing the longest cached prefix of its prompt.
   void StartFromCache(Sequence& s, int slot);
+  bool WaitsForSharedPrefill(const std::vector<int32_t>& prompt) const;
+  // Copying rows from elsewhere pays only for a real gain over what the slot holds itself.
+  static constexpr size_t kMinCopyRows = 16;
   // The tokens whose KV rows slot `slot` holds (a free slot: its last request's).
   std::span<const int32_t> CachedTokens(int slot) const;
   double Propose(const std::vector<Sequence*>& decoding, int prompt_rows);

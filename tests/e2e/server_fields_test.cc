@@ -53,7 +53,7 @@ TEST_F(Server, InvalidRequestsGetOpenAiErrorsNamingTheField) {
       {c.c_str(), R"({"prompt": "x", "top_p": 1.5})", 400, "top_p"},
       {c.c_str(), R"({"prompt": "x", "top_k": -1})", 400, "top_k"},
       {c.c_str(), R"({"prompt": "x", "min_p": 1})", 400, "min_p"},
-      {c.c_str(), R"({"prompt": "x", "n": 2})", 400, "n"},
+      {c.c_str(), R"({"prompt": "x", "n": 9})", 400, "n"},
       {c.c_str(), R"({"prompt": "x", "max_tokens": 0})", 400, "max_tokens"},
       {c.c_str(), R"({"prompt": "x", "max_tokens": "5"})", 400, "max_tokens"},
       {c.c_str(), R"({"prompt": "x", "max_tokens": 2.5})", 400, "max_tokens"},
@@ -67,7 +67,7 @@ TEST_F(Server, InvalidRequestsGetOpenAiErrorsNamingTheField) {
       {chat.c_str(), R"({"messages": []})", 400, "messages"},
       {chat.c_str(), R"({"messages": [{"role": "wizard", "content": "hi"}]})", 400, "messages[0].role"},
       {chat.c_str(), R"({"messages": [{"role": "user", "content": 5}]})", 400, "messages[0].content"},
-      {chat.c_str(), R"({"messages": [{"role": "user", "content": "hi"}], "n": 3})", 400, "n"},
+      {chat.c_str(), R"({"messages": [{"role": "user", "content": "hi"}], "n": 0})", 400, "n"},
   };
   for (const BadCase& bc : cases) {
     auto r = Post(main_, bc.path, bc.body);
@@ -149,8 +149,8 @@ TEST_F(Server, UnsupportedFeaturesAre400NotIgnored) {
       {false, "repeat_last_n", -2, "out_of_range"},
       {false, "suffix", "tail", "unsupported"},
       {false, "echo", true, "unsupported"},
-      {false, "n", 2, "out_of_range"},
-      {true, "n", 4, "out_of_range"},
+      {false, "n", 9, "out_of_range"},
+      {true, "n", 0, "out_of_range"},
       {false, "best_of", 3, "out_of_range"},
       {false, "frequency_penalty", "0", "invalid_type"},
       {true, "logprobs", 1, "invalid_type"},

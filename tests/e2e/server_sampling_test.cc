@@ -184,3 +184,58 @@ TEST_F(Server, PenaltiesAndLogitBiasChangeTheOutputAndSpeculationKeepsIt) {
 
 }  // namespace
 }  // namespace dspark::serve
+
+namespace dspark::serve {
+namespace {
+
+TEST_F(Server, SeveralChoicesShareThePromptAndEachHasItsOwnStream) {
+  json body = Body(false, std::string(60, 'n') + " choices", 12);
+  body["temperature"] = 0.9;
+  body["seed"] = 99;
+  const json one = PostOk(main_, false, body);
+  const double hits_before = MetricValue(Get(main_, "/metrics")->body, "dspark:prompt_cache_hit_tokens_total");
+  body["n"] = 3;
+  const json three = PostOk(main_, false, body);
+  ASSERT_EQ(three["choices"].size(), 3u) << three.dump();
+  std::set<std::string> texts;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(three["choices"][i]["index"], i);
+    texts.insert(three["choices"][i]["text"].get<std::string>());
+  }
+  EXPECT_EQ(three["choices"][0]["text"], one["choices"][0]["text"]) << "choice 0 draws with the request's seed";
+  EXPECT_GE(texts.size(), 2u) << "the choices draw from streams of their own";
+  EXPECT_EQ(three["usage"]["prompt_tokens"], one["usage"]["prompt_tokens"]) << "the prompt is counted once";
+  EXPECT_EQ(three["usage"]["completion_tokens"].get<int>(), 36);
+  // The other choices copied the prompt's rows instead of computing them again.
+  const double hits = MetricValue(Get(main_, "/metrics")->body, "dspark:prompt_cache_hit_tokens_total") - hits_before;
+  EXPECT_GE(hits, 2.0 * (one["usage"]["prompt_tokens"].get<int>() - 1));
+  // Streamed: every choice's chunks carry its index and add up to the same texts.
+  body["stream"] = true;
+  auto r = httplib::Client("127.0.0.1", main_->port)
+               .Post("/v1/completions", {{"Authorization", "Bearer sk-test-123"}}, body.dump(), "application/json");
+  ASSERT_TRUE(r && r->status == 200);
+  const SseStream sse = ParseSse(r->body);
+  EXPECT_TRUE(sse.done);
+  std::vector<std::string> streamed(3);
+  std::vector<std::string> finish(3);
+  bool usage = false;
+  for (const json& c : sse.chunks) {
+    if (c["choices"].empty()) {
+      usage = c["usage"]["completion_tokens"] == 36;
+      continue;
+    }
+    const int i = c["choices"][0]["index"].get<int>();
+    ASSERT_GE(i, 0);
+    ASSERT_LT(i, 3);
+    streamed[i] += c["choices"][0]["text"].get<std::string>();
+    if (c["choices"][0]["finish_reason"].is_string()) finish[i] = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_TRUE(usage) << "a last chunk with the usage of all choices";
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(streamed[i], three["choices"][i]["text"]) << i;
+    EXPECT_EQ(finish[i], "length") << i;
+  }
+}
+
+}  // namespace
+}  // namespace dspark::serve

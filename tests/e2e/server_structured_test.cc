@@ -72,18 +72,19 @@ TEST_F(Server, JsonSchemaResponseFormatIsFollowedWithAndWithoutSpeculation) {
   // json_object, and llama.cpp's json_schema and grammar fields on /v1/completions.
   ojson obj = Chat("any object", 300);
   obj["temperature"] = 0.7;
+  obj["seed"] = 4;
   obj["response_format"] = {{"type", "json_object"}};
   auto r = PostJson(main_, "/v1/chat/completions", obj.dump());
   ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "");
   const json jo = json::parse(r->body);
   if (jo["choices"][0]["finish_reason"] == "stop")
     EXPECT_TRUE(json::parse(jo["choices"][0]["message"]["content"].get<std::string>()).is_object());
-  ojson completion = {{"prompt", "x"}, {"max_tokens", 400}, {"temperature", 0.5}, {"json_schema", kSchema}};
+  ojson completion = {{"prompt", "x"}, {"max_tokens", 400}, {"temperature", 0.5}, {"seed", 8}, {"json_schema", kSchema}};
   r = PostJson(main_, "/v1/completions", completion.dump());
   ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "");
   ExpectMatchesSchema(json::parse(r->body)["choices"][0]["text"].get<std::string>());
   ojson gbnf = {{"prompt", "x"}, {"max_tokens", 20}, {"temperature", 1.0},
-                {"grammar", "root ::= (\"yes\" | \"no\") \" \" [0-9] [0-9]?\n"}};
+                {"seed", 2}, {"grammar", "root ::= (\"yes\" | \"no\") \" \" [0-9] [0-9]?\n"}};
   r = PostJson(main_, "/v1/completions", gbnf.dump());
   ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "");
   const std::string text = json::parse(r->body)["choices"][0]["text"].get<std::string>();

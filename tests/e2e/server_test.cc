@@ -385,7 +385,7 @@ TEST_F(Server, MetricsExposeRequestsLatencyAndSpecCounters) {
   EXPECT_GE(MetricValue(m, "dspark:requests_total{status=\"200\"}"), 1);
   // A client error is counted under its status.
   const double before = std::max(0.0, MetricValue(m, "dspark:requests_total{status=\"400\"}"));
-  ASSERT_EQ(Post(main_, "/v1/completions", R"({"prompt": "x", "n": 2})")->status, 400);
+  ASSERT_EQ(Post(main_, "/v1/completions", R"({"prompt": "x", "n": 9})")->status, 400);
   EXPECT_EQ(MetricValue(Get(main_, "/metrics", {})->body, "dspark:requests_total{status=\"400\"}"), before + 1);
   // Accepted <= drafted, and the per-position counts sum to the accepted total.
   EXPECT_LE(MetricValue(m, "dspark:spec_decode_num_accepted_tokens_total"),
