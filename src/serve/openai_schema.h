@@ -77,13 +77,13 @@ struct ApiRequest {
 };
 
 // Parses and validates a request body. Every failure names the field: malformed JSON, wrong
-// types, temperature < 0, top_p outside (0, 1], min_p outside [0, 1), top_k < 0, n != 1,
-// max_tokens < 1, more than 16 stop strings, unknown roles, empty prompt or messages.
-// Fields are checked against the endpoint's list first (README.md, "Request fields"): an unknown
-// field is a 400 `unknown_parameter`; a field of an OpenAI feature the server does not implement
-// (logprobs, tools, response_format, non-zero penalties, ...) is a 400 `unsupported` unless it
-// holds its neutral value. Nothing a client sends is silently ignored, except the documented
-// harmless fields (user, metadata, store, service_tier, parallel_tool_calls).
+// types, values out of range (temperature < 0, top_p outside (0, 1], penalties outside [-2, 2],
+// n outside [1, 8], logprobs above 20, ...), unknown roles, empty prompt or messages, invalid
+// tools or tool_choice, and schemas or grammars the server cannot honour. Fields are checked
+// against the endpoint's list first (README.md, "Request fields"): an unknown field is a 400
+// `unknown_parameter`; echo and suffix are a 400 `unsupported` unless neutral. Nothing a client
+// sends is silently ignored, except the documented harmless fields (user, metadata, store,
+// service_tier).
 std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint, ApiRequest* out);
 
 // POST /tokenize (llama.cpp server's shape): {"content": string, "add_special": bool = false,
