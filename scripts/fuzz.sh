@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 SECS=${FUZZ_SECONDS:-30}
 TIMEOUT=${FUZZ_TIMEOUT:-1}
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(gguf tokenizer request jinja)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(gguf tokenizer request jinja grammar)
 JOBS=${JOBS:-$(nproc)}
 
 # Only Highway's static (scalar) target: the fuzzers exercise parsing and validation, and Debian's

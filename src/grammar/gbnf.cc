@@ -336,8 +336,11 @@ class Parser {
   void Repeat(const std::string& name, std::vector<Element>* out, size_t last_start, uint32_t min,
               uint32_t max) {
     std::vector<Element> item(out->begin() + static_cast<std::ptrdiff_t>(last_start), out->end());
-    if (num_elements_ + out->size() + item.size() * min > limits_.max_elements) {
-      AddElements(out->size() + item.size() * min);  // reports the limit
+    // Every copy counts, the optional ones too ({0,10000} of a long item is as big as {10000}).
+    const uint64_t copies = max == kUnbounded ? uint64_t{min} + 1 : uint64_t{max};
+    const uint64_t total = num_elements_ + out->size() + (item.size() + 3) * copies;
+    if (total > limits_.max_elements) {
+      AddElements(static_cast<size_t>(std::min<uint64_t>(total, SIZE_MAX)));  // reports the limit
       return;
     }
     out->resize(last_start);

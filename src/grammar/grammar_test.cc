@@ -570,5 +570,24 @@ TEST(TokenMaskerTest, TimingOn32kVocab) {
   }
 }
 
+// A $ref cycle that consumes no input would be a left-recursive grammar: the schema is refused
+// (found by grammar_fuzz).
+TEST(JsonSchema, KeywordsOfTheWrongTypeAreErrorsNotExceptions) {
+  // Found by grammar_fuzz: "nullable" holding an array.
+  auto g = JsonSchemaTextToGbnf(R"({"type": "object", "nullable": ["name"]})");
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("nullable"), std::string::npos) << g.status().message();
+}
+
+TEST(JsonSchema, ReferenceCycleWithoutInputIsRefused) {
+  auto g = JsonSchemaTextToGbnf(R"({"$defs": {"n": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/n"}]}},
+                                    "$ref": "#/$defs/n"})");
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("left recursion"), std::string::npos) << g.status().message();
+  // A cycle through an object property consumes input and converts.
+  EXPECT_TRUE(JsonSchemaTextToGbnf(R"({"$defs": {"t": {"type": "object", "properties": {"c": {"$ref": "#/$defs/t"}}}},
+                                      "$ref": "#/$defs/t"})").ok());
+}
+
 }  // namespace
 }  // namespace dspark::grammar

@@ -5,6 +5,8 @@
 #include <set>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "grammar/gbnf.h"
 #include "grammar/pattern.h"
 
@@ -219,7 +221,11 @@ class Converter {
       }
       return Ref(schema["$ref"].get<std::string>(), path + "/$ref", depth + 1);
     }
-    if (schema.value("nullable", false)) {
+    if (auto nullable = schema.find("nullable"); nullable != schema.end() && !nullable->is_boolean()) {
+      Fail(InvalidArgument("json_schema: nullable at {} must be a boolean", where));
+      return "";
+    }
+    if (schema.contains("nullable") && schema["nullable"].get<bool>()) {
       json inner = schema;
       inner.erase("nullable");
       return Visit(inner, name, path, depth + 1) + " | " + Prim("null");
@@ -542,7 +548,24 @@ class Converter {
 
 Result<std::string> JsonSchemaToGbnf(const nlohmann::ordered_json& schema,
                                      std::string_view rule_prefix, const JsonSchemaLimits& limits) {
-  return Converter(schema, rule_prefix, limits).Run();
+  // The converter checks the types of the keywords it reads; a JSON type error that escapes it is
+  // still a bad schema, never an exception through a request handler.
+  Result<std::string> converted = InvalidArgument("json_schema: not converted");
+  try {
+    converted = Converter(schema, rule_prefix, limits).Run();
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument("json_schema: malformed schema: {}", e.what());
+  }
+  DSPARK_ASSIGN_OR_RETURN(std::string gbnf, std::move(converted));
+  // A $ref cycle that consumes no input ({"anyOf": [{"type": "null"}, {"$ref": "#"}]}) converts to a
+  // left-recursive grammar: refuse the schema here rather than hand out a grammar that cannot be
+  // compiled.
+  std::string check = gbnf;
+  if (!rule_prefix.empty()) check += fmt::format("root ::= {}root\n", rule_prefix);
+  if (auto parsed = ParseGbnf(check); !parsed.ok())
+    return InvalidArgument("json_schema: the schema has no finite instances the grammar can describe ({})",
+                           parsed.status().message());
+  return gbnf;
 }
 
 Result<std::string> JsonSchemaToGbnf(const nlohmann::json& schema, std::string_view rule_prefix,
