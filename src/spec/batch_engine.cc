@@ -11,6 +11,51 @@ namespace dspark {
 namespace {
 using Clock = std::chrono::steady_clock;
 double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// What a grammar-constrained request needs of the vocabulary: each token's bytes (control tokens'
+// text; end-of-generation tokens empty, allowed by the grammar's completeness alone) and their trie.
+struct GrammarVocab {
+  const Tokenizer& tokenizer;
+  const std::vector<std::string>& bytes;
+  const grammar::TokenMasker& masker;
+
+  bool Allows(const grammar::Grammar& g, const grammar::GrammarState& state, int32_t id) const {
+    if (tokenizer.IsEog(id)) return g.CanEnd(state);
+    return !bytes[id].empty() && g.Accepts(state, bytes[id]);
+  }
+
+  // Masks `row` to the tokens allowed in `state`. `lazy`: only the argmax will be read, so an allowed
+  // argmax leaves the row as it is (the masked argmax is the same). False: nothing is allowed.
+  bool Mask(const grammar::Grammar& g, const grammar::GrammarState& state, float* row, int n_vocab, bool lazy) const {
+    if (lazy && Allows(g, state, Argmax(row, n_vocab))) return true;
+    thread_local std::vector<uint8_t> allowed;
+    masker.AllowedTokens(g, state, &allowed);
+    const bool can_end = g.CanEnd(state);
+    bool any = false;
+    for (int id = 0; id < n_vocab; ++id) {
+      const bool ok = tokenizer.IsEog(id) ? can_end : allowed[id] != 0;
+      if (ok) any = true;
+      else row[id] = -INFINITY;
+    }
+    return any;
+  }
+};
+
+// The grammar walked along one draft: a grammar-constrained sequence's DraftConstraint.
+class DraftGrammar final : public DraftConstraint {
+ public:
+  DraftGrammar(GrammarVocab vocab, const grammar::Grammar& g, grammar::GrammarState state)
+      : vocab_(vocab), g_(g), state_(std::move(state)) {}
+  bool Mask(float* logits, int n_vocab, bool greedy) override { return vocab_.Mask(g_, state_, logits, n_vocab, greedy); }
+  void Push(int32_t token) override {
+    if (!vocab_.tokenizer.IsEog(token)) g_.Advance(&state_, vocab_.bytes[token]);
+  }
+
+ private:
+  GrammarVocab vocab_;
+  const grammar::Grammar& g_;
+  grammar::GrammarState state_;
+};
 }  // namespace
 
 struct BatchEngine::Sequence {
@@ -41,6 +86,7 @@ struct BatchEngine::Sequence {
   // Per-step scratch.
   std::vector<float> rows;      // adjusted logits (AdjustedRows)
   std::vector<grammar::GrammarState> draft_states;  // grammar state before each draft token
+  std::unique_ptr<DraftGrammar> draft_grammar;  // the grammar along the draft being proposed
   Draft draft;
   int k = 0;
   bool asked_drafter = false;   // a draft was asked for this step
@@ -301,26 +347,10 @@ const grammar::TokenMasker& BatchEngine::Masker() {
   return *masker_;
 }
 
-bool BatchEngine::GrammarAllows(const grammar::Grammar& g, const grammar::GrammarState& state, int32_t id) const {
-  if (tokenizer_.IsEog(id)) return g.CanEnd(state);
-  return !token_bytes_[id].empty() && g.Accepts(state, token_bytes_[id]);
-}
-
 bool BatchEngine::MaskRow(const Sequence& s, const grammar::GrammarState& state, float* row) {
-  const grammar::Grammar& g = *s.options.grammar;
-  const int n_vocab = target_.config().n_vocab;
-  if (s.options.sampling.greedy() && s.options.logprobs < 0 && GrammarAllows(g, state, Argmax(row, n_vocab)))
-    return true;
-  thread_local std::vector<uint8_t> allowed;
-  Masker().AllowedTokens(g, state, &allowed);
-  const bool can_end = g.CanEnd(state);
-  bool any = false;
-  for (int id = 0; id < n_vocab; ++id) {
-    const bool ok = tokenizer_.IsEog(id) ? can_end : allowed[id] != 0;
-    if (ok) any = true;
-    else row[id] = -INFINITY;
-  }
-  return any;
+  const GrammarVocab vocab{tokenizer_, token_bytes_, Masker()};
+  return vocab.Mask(*s.options.grammar, state, row, target_.config().n_vocab,
+                    s.options.sampling.greedy() && s.options.logprobs < 0);
 }
 
 void BatchEngine::ConstrainDraft(Sequence& s) {
@@ -332,7 +362,7 @@ void BatchEngine::ConstrainDraft(Sequence& s) {
   size_t keep = 0;
   while (keep < d.tokens.size()) {
     const int32_t id = d.tokens[keep];
-    if (!GrammarAllows(g, s.draft_states.back(), id)) break;
+    if (!GrammarVocab{tokenizer_, token_bytes_, Masker()}.Allows(g, s.draft_states.back(), id)) break;
     ++keep;
     grammar::GrammarState next = s.draft_states.back();
     if (tokenizer_.IsEog(id)) {  // the text ends: nothing after it is emitted, whatever its row says
@@ -501,6 +531,11 @@ double BatchEngine::Propose(const std::vector<Sequence*>& decoding, int prompt_r
     r.params.stop = asks[i].stop;
     r.params.max_catch_up = asks[i].max_catch_up;
     r.params.position = s.result.stats.generated_tokens;
+    if (s.grammar) {
+      s.draft_grammar = std::make_unique<DraftGrammar>(GrammarVocab{tokenizer_, token_bytes_, Masker()},
+                                                       *s.options.grammar, *s.grammar);
+      r.params.constraint = s.draft_grammar.get();
+    }
     r.rng = &s.draft_rng;
     requests.push_back(r);
     requester.push_back(&s);

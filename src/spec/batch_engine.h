@@ -155,7 +155,6 @@ class BatchEngine {
   // only masked when their argmax is forbidden (the masked argmax is the same otherwise). False:
   // no token can continue and the text cannot end (a grammar the vocabulary cannot spell).
   bool MaskRow(const Sequence& s, const grammar::GrammarState& state, float* row);
-  bool GrammarAllows(const grammar::Grammar& g, const grammar::GrammarState& state, int32_t id) const;
   const grammar::TokenMasker& Masker();
   void FailDrafter(Sequence& s, const Status& status);
 

@@ -39,6 +39,20 @@ class DraftStop {
   virtual bool More(std::span<const float> confidences) const = 0;
 };
 
+// Constrained decoding as a drafter sees it: the grammar the target's output must follow, walked
+// along one draft. Tokens the grammar forbids would only be cut from the draft before
+// verification, so a drafter masks its own logits with it and drafts what can be accepted.
+class DraftConstraint {
+ public:
+  virtual ~DraftConstraint() = default;
+  // Masks the logits of the next draft token (n_vocab of them) to the tokens the grammar allows
+  // after those drafted so far (the others become -inf). `greedy`: only the argmax will be read,
+  // so an allowed argmax may be left as it is. False: no token is allowed; the draft ends.
+  virtual bool Mask(float* logits, int n_vocab, bool greedy) = 0;
+  // The token drafted after the last Mask.
+  virtual void Push(int32_t token) = 0;
+};
+
 struct DraftParams {
   int budget = 8;                   // propose at most this many tokens
   SamplingParams sampling;          // the target's sampling; drafts are sampled from the same transforms
@@ -52,6 +66,8 @@ struct DraftParams {
   // The generated position of the first token to draft: keyed requests (sampling.keyed) draw the
   // token at position p with KeyedRng(seed, p), as the target's verification does (DrawDraftToken).
   int64_t position = 0;
+  // Grammar-constrained requests: the constraint each drafted token must follow (null: none).
+  DraftConstraint* constraint = nullptr;
 };
 
 // Draws the draft token at generated position `position` from its distribution q: from the

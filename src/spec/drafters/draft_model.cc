@@ -152,6 +152,13 @@ std::vector<DraftModelDrafter::Active> DraftModelDrafter::StartDrafts(std::span<
 
 int32_t DraftModelDrafter::DrawToken(const float* logits, int n_vocab, const ProposeRequest& r, int index,
                                      std::vector<float>& q, float* prob) {
+  if (r.params.constraint != nullptr) {
+    // A grammar-constrained request: draw from the logits masked to what the grammar allows.
+    thread_local std::vector<float> masked;
+    masked.assign(logits, logits + n_vocab);
+    if (!r.params.constraint->Mask(masked.data(), n_vocab, r.params.sampling.greedy())) return -1;
+    logits = masked.data();
+  }
   // Greedy: the argmax and its probability in two vectorised passes that write nothing.
   if (r.params.sampling.greedy()) return static_cast<int32_t>(ops::ArgMax(logits, n_vocab, prob));
   ComputeProbs(logits, n_vocab, r.params.sampling, &q);
@@ -201,8 +208,10 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
       const float* logits = a.logits_row >= 0 ? out.Logits(a.logits_row, n_vocab) : own_logits[a.request].data();
       float prob = 0;
       const int32_t tok = DrawToken(logits, n_vocab, r, static_cast<int>(d.tokens.size()), q, &prob);
+      if (tok < 0) continue;  // the grammar allows nothing here
       if (r.params.stop != nullptr && !r.params.stop->Keep(prob)) continue;
       d.tokens.push_back(tok);
+      if (r.params.constraint != nullptr) r.params.constraint->Push(tok);
       if (!r.params.sampling.greedy()) d.q.push_back(q);
       d.probs.push_back(prob);
       if (static_cast<int>(d.tokens.size()) == a.budget) continue;

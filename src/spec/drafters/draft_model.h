@@ -60,7 +60,8 @@ class DraftModelDrafter final : public Drafter {
                                   Batch& batch, std::vector<std::vector<float>>& own_logits);
   // Draws the next token of a draft from its logits: the argmax, or a sample from q (the target's
   // transforms) at temperature > 0; *prob receives the token's probability, its confidence.
-  // `index`: the token's place in the draft (keyed draws).
+  // `index`: the token's place in the draft (keyed draws). -1: the request's grammar allows no
+  // token here.
   static int32_t DrawToken(const float* logits, int n_vocab, const ProposeRequest& r, int index,
                            std::vector<float>& q, float* prob);
 

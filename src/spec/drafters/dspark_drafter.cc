@@ -168,6 +168,7 @@ std::vector<Result<Draft>> DSparkDrafter::ProposeBatch(std::span<const ProposeRe
     co.stop = r.params.stop;
     co.keep_logits = keep_logits_;
     co.position = r.params.position;
+    co.constraint = r.params.constraint;
     chains[j].block = &st.block;
     chains[j].anchor = r.context.back();
     chains[j].rng = r.rng;

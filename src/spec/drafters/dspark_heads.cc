@@ -90,6 +90,8 @@ void RunChains(const DflashModel& model, std::span<ChainJob> jobs, ThreadPool& p
           conf = 1.0f / (1.0f + std::exp(-logit));
         }
       }
+      // A grammar-constrained chain drafts only tokens the grammar allows; none allowed ends it.
+      if (options.constraint != nullptr && !options.constraint->Mask(z.data(), V, options.sampling.greedy())) continue;
       int32_t tok;
       if (options.sampling.greedy()) {
         tok = Argmax(z.data(), V);
@@ -103,6 +105,7 @@ void RunChains(const DflashModel& model, std::span<ChainJob> jobs, ThreadPool& p
       const float prob = c.has_confidence ? 0.0f : ProbAt(z.data(), V, tok);
       if (options.stop != nullptr && !options.stop->Keep(c.has_confidence ? conf : prob)) continue;
       out->tokens.push_back(tok);
+      if (options.constraint != nullptr) options.constraint->Push(tok);
       out->prob.push_back(prob);
       if (c.has_confidence) out->confidence.push_back(conf);
       if (!options.sampling.greedy()) out->q.push_back(q);

@@ -28,6 +28,7 @@ struct ChainOptions {
   const DraftStop* stop = nullptr;
   bool keep_logits = false;  // return the biased logits (tests, goldens)
   int64_t position = 0;      // generated position of the first draft token (keyed draws)
+  DraftConstraint* constraint = nullptr;  // grammar-constrained requests: masks each slot's logits
 };
 
 struct ChainResult {
