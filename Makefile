@@ -60,7 +60,7 @@ BENCH_MODELS := $(addprefix $(Q8)/,ref-target-1.7b-Q4_K_M.gguf ref-target-1.7b-Q
 # build time.
 BENCH_MODELS_MOE := $(Q8)/ref-target-moe-Q4_K_M.gguf
 
-.PHONY: all deps configure build drafters run test bench bench-models bench-models-moe tsan fuzz clean
+.PHONY: all deps configure build drafters run test bench bench-models bench-models-moe tsan fuzz soak clean
 
 all: build
 
@@ -139,6 +139,13 @@ test: build
 bench: drafters
 	@$(DSPARK) bench --plain -m $(MODEL)
 	@$(BUILD_DIR)/bin/kernels_bench --benchmark_min_time=0.2
+
+# Soak test of `dspark serve` with the DSpark drafter (bench/soak/README.md): SOAK_SECONDS (600) of
+# mixed load from 16 clients; prints the bars as a Markdown table and fails when one is missed.
+# ctest runs the 60-second version (soak_short, label e2e).
+SOAK_SECONDS ?= 600
+soak: build
+	@/usr/bin/python3 bench/soak/soak.py --duration $(SOAK_SECONDS) --dspark $(DSPARK)
 
 # libFuzzer targets (tests/fuzz): replays each committed corpus and fuzzes it FUZZ_SECONDS (30).
 fuzz: deps

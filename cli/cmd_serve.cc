@@ -34,14 +34,19 @@ struct ServeFlags {
   bool verbose = false;
   bool cache_prompt = true;
   int cache_ram_mib = 2048;
+  int shutdown_timeout_s = 30;
 };
 
-std::atomic<bool> g_stop{false};
+// SIGINT/SIGTERM received so far. Async-signal-safe (a lock-free atomic); a watcher thread acts on
+// it: the first drains the server, a second cancels what is still running.
+std::atomic<int> g_signals{0};
 
-void OnSignal(int) { g_stop.store(true); }  // async-signal-safe; a watcher thread stops the server
+void OnSignal(int) { g_signals.fetch_add(1); }
 
 int RunServe(ServeFlags f) {
   SetLogLevel(f.verbose ? LogLevel::kDebug : LogLevel::kInfo);
+  if (f.server.api_key_all && f.server.api_key.empty())
+    return Fail(InvalidArgument("serve: --api-key-all protects /metrics and the playground with --api-key; give a key"));
   f.drafter.repack = !f.no_repack;
   auto loaded = LoadModelAndTokenizer(f.model, ModelOptions{!f.no_repack});
   if (!loaded.ok()) return Fail(loaded.status());
@@ -106,15 +111,20 @@ int RunServe(ServeFlags f) {
                   "chat template {} | api key {}",
                   f.server.model_name, f.server.host, *port, f.parallel, n_ctx, DTypeName(f.cache_type),
                   engine.cache_bytes() / 1048576.0, pool.num_threads(), f.drafter.type,
-                  f.server.chat_template.empty() ? "none" : "yes", f.server.api_key.empty() ? "off" : "on");
-  if (f.server.host != "127.0.0.1" && f.server.host != "localhost" && f.server.api_key.empty())
-    DSPARK_LOG_WARN("serve: listening on {} without --api-key: anyone who can reach it can use it", f.server.host);
+                  f.server.chat_template.empty() ? "none" : "yes", f.server.api_key.empty() ? "off" : f.server.api_key_all ? "on (all but /health)" : "on");
+  if (!serve::IsLoopbackHost(f.server.host) && f.server.api_key.empty())
+    DSPARK_LOG_WARN("serve: listening on {}, which is not a loopback address, without --api-key: anyone who can "
+                    "reach it can use it",
+                    f.server.host);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::atomic<bool> served{false};
   std::thread watcher([&] {
-    while (!g_stop.load() && !served.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    (*server)->Stop();
+    while (g_signals.load() == 0 && !served.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (served.load()) return (*server)->Stop();
+    DSPARK_LOG_INFO("serve: shutting down (in-flight requests get up to {} s; signal again to cancel them now)",
+                    f.shutdown_timeout_s);
+    (*server)->Shutdown(std::chrono::seconds(f.shutdown_timeout_s), [] { return g_signals.load() > 1; });
   });
   (*server)->Serve();
   served.store(true);
@@ -132,13 +142,19 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("-m,--model", f->model, "Target model GGUF")->capture_default_str();
   sub->add_option("--alias", f->alias, "Model name reported by the API (default: the file name)");
   sub->add_option("--host", f->server.host, "Address to bind")->capture_default_str();
-  sub->add_option("--port", f->server.port, "Port to bind")->capture_default_str()->check(CLI::Range(1, 65535));
+  sub->add_option("--port", f->server.port, "Port to bind (0: any free port, printed at start-up)")->capture_default_str()->check(CLI::Range(0, 65535));
   sub->add_option("--parallel", f->parallel, "Sequences decoded together (slots)")->capture_default_str()->check(CLI::Range(1, 256));
   sub->add_option("-c,--ctx-size", f->ctx_size, "Context per sequence (default: min(train context, 4096))");
   AddCacheTypeOption(sub, &f->cache_type);
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
   AddDrafterFlags(sub, &f->drafter, "none | draft-simple | draft-dspark | draft-dflash | ngram", /*synthetic=*/false);
   sub->add_option("--api-key", f->server.api_key, "Require \"Authorization: Bearer KEY\" on every /v1 endpoint");
+  sub->add_flag("--api-key-all", f->server.api_key_all,
+                "With --api-key: also require it on /metrics and the playground (/?key=KEY there); /health stays open");
+  sub->add_option("--shutdown-timeout", f->shutdown_timeout_s,
+                  "Seconds SIGTERM/SIGINT lets in-flight requests finish before cancelling them (0: at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 86400));
   sub->add_option("--max-queue", f->server.max_queue, "Requests waiting beyond --parallel before 429")->capture_default_str()->check(CLI::Range(0, 100000));
   sub->add_option("--max-body", f->server.max_body_bytes, "Largest request body in bytes (413 above)")->capture_default_str();
   sub->add_option("--default-max-tokens", f->server.default_max_tokens, "max_tokens when a request gives none")->capture_default_str()->check(CLI::Range(1, 1 << 20));

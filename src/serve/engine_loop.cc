@@ -128,6 +128,14 @@ void EngineLoop::Cancel(int64_t request_id) {
   cv_.notify_all();
 }
 
+void EngineLoop::CancelAll() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int64_t id : live_) engine_.Cancel(id);
+  }
+  cv_.notify_all();
+}
+
 void EngineLoop::Run() {
   for (;;) {
     {

@@ -71,6 +71,8 @@ class EngineLoop {
   Result<int64_t> Submit(std::vector<int32_t> prompt, GenerateOptions options, std::shared_ptr<RequestChannel> channel);
   // Thread-safe; the request finishes with stop_reason "cancelled" at the next step boundary.
   void Cancel(int64_t request_id);
+  // Thread-safe; Cancel() for every request in flight (the server's shutdown timeout).
+  void CancelAll();
 
   int num_in_flight() const { return in_flight_.load(); }
   int num_running() const { return engine_.num_running(); }

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <condition_variable>
 #include <csignal>
 #include <ctime>
 #include <mutex>
@@ -34,6 +35,18 @@ bool BearerMatches(const std::string& header, const std::string& key) {
     diff |= h ^ static_cast<unsigned char>(expected[i]);
   }
   return diff == 0;
+}
+
+bool IsLoopbackHost(const std::string& host) {
+  std::string h = host;
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, h.c_str(), &v6) != 1) return false;  // a host name: it may resolve anywhere
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
 }
 
 namespace {
@@ -110,6 +123,13 @@ struct HttpServer::Impl {
   std::string id_prefix;
   std::atomic<uint64_t> next_response{1};
   int64_t created = std::time(nullptr);
+  // Shutdown(): set once; new work is refused from then on.
+  std::atomic<bool> draining{false};
+  // Generations whose HTTP exchange has not ended (a stream's until its last write), which
+  // Shutdown() waits for: httplib's stop() would cut a stream short.
+  std::mutex active_mu;
+  std::condition_variable active_cv;
+  int active = 0;
 
   Impl(BatchEngine& e, const Tokenizer& t, ServerOptions o) : engine(e), tokenizer(t), opt(std::move(o)) {}
 
@@ -129,6 +149,28 @@ struct HttpServer::Impl {
     o.http_status = e.http_status;
     o.error = e.message;
     Finished("-", path, t0, o);
+  }
+  // Counts a generation as active until the returned token is released.
+  std::shared_ptr<void> EnterGeneration() {
+    {
+      std::lock_guard<std::mutex> lock(active_mu);
+      ++active;
+    }
+    return std::shared_ptr<void>(this, [](Impl* m) {
+      {
+        std::lock_guard<std::mutex> lock(m->active_mu);
+        --m->active;
+      }
+      m->active_cv.notify_all();
+    });
+  }
+  static ApiError ShuttingDown(std::string message) {
+    ApiError e;
+    e.http_status = 503;
+    e.type = "server_error";
+    e.code = "shutting_down";
+    e.message = std::move(message);
+    return e;
   }
   std::string NextId(Endpoint endpoint) {
     return fmt::format("{}-{}{}", endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl", id_prefix,
@@ -151,6 +193,12 @@ void HttpServer::Impl::Finished(const std::string& id, const std::string& path, 
 
 void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
   const Clock::time_point t0 = Clock::now();
+  // Counted before draining is read, so Shutdown() either waits for this request or it is refused.
+  std::shared_ptr<void> active_token = EnterGeneration();
+  if (draining.load()) {
+    res.set_header("Retry-After", "5");
+    return Fail(res, req.path, t0, ShuttingDown("the server is shutting down; retry on another instance"));
+  }
   ApiRequest r;
   if (auto e = ParseRequest(req.body, endpoint, &r)) return Fail(res, req.path, t0, *e);
   const bool chat = endpoint == Endpoint::kChatCompletions;
@@ -244,11 +292,12 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
         e.type = "rate_limit_error";
         e.code = "server_busy";
       } else if (engine_id.status().code() == StatusCode::kUnavailable) {
-        e.http_status = 503;
-        e.type = "server_error";
-        e.code = "shutting_down";
+        e = ShuttingDown("");
+        res.set_header("Retry-After", "5");
       } else {
-        e.param = prompt_field;
+        // The engine's checks name what they refuse: a logit_bias id outside the vocabulary, or
+        // the prompt.
+        e.param = engine_id.status().message().rfind("logit_bias", 0) == 0 ? "logit_bias" : prompt_field;
         e.code = "invalid_value";
       }
       e.message = engine_id.status().message();
@@ -307,12 +356,17 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
       e.message = "the client closed the connection; the generation was cancelled";
       SendError(res, e);
       o.http_status = 499;
+    } else if (cancelled && draining.load()) {
+      res.set_header("Retry-After", "5");
+      SendError(res, ShuttingDown("the server shut down before the generation finished (--shutdown-timeout); "
+                                  "the generation was cancelled"));
+      o.http_status = 503;
     } else if (cancelled) {
       ApiError e;
       e.http_status = 503;
       e.type = "server_error";
       e.code = "cancelled";
-      e.message = "the generation was cancelled (server shutting down or engine failure; see the server log)";
+      e.message = "the generation was cancelled (engine failure; see the server log)";
       SendError(res, e);
       o.http_status = 503;
     } else {
@@ -360,8 +414,10 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
     bool finished = false;
     bool return_tokens = false;
     Clock::time_point last_write = Clock::now();
+    std::shared_ptr<void> active_token;  // released with the response, after its last write
   };
   auto st = std::make_shared<StreamState>();
+  st->active_token = std::move(active_token);
   st->choices = choices;
   st->header = h;
   st->path = req.path;
@@ -395,6 +451,12 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
             nlohmann::json last = FinalChunk(st->header, "", merged);
             last["choices"] = nlohmann::json::array();
             data += SseEvent(last);
+          }
+          const bool cut = std::any_of(cs.begin(), cs.end(), [](const Choice& c) { return c.finish_reason == "cancelled"; });
+          if (cut && draining.load()) {
+            // OpenAI's clients raise an error on an event carrying one: the text is incomplete.
+            data += SseEvent(ShuttingDown("the server shut down before the generation finished (--shutdown-timeout)")
+                                 .ToJson());
           }
           data += "data: [DONE]\n\n";
           const bool ok = sink.write(data.data(), data.size());
@@ -492,10 +554,21 @@ void HttpServer::Impl::Routes() {
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     const bool v1 = req.path.rfind("/v1/", 0) == 0;
-    const bool protected_path = v1 || req.path == "/tokenize" || req.path == "/detokenize";
-    if (opt.api_key.empty() || !protected_path) return httplib::Server::HandlerResponse::Unhandled;
-    if (BearerMatches(req.get_header_value("Authorization"), opt.api_key))
-      return httplib::Server::HandlerResponse::Unhandled;
+    const bool work = v1 || req.path == "/tokenize" || req.path == "/detokenize";
+    const bool protected_path = work || (opt.api_key_all && (req.path == "/metrics" || req.path == "/"));
+    const bool authorized =
+        opt.api_key.empty() || !protected_path || BearerMatches(req.get_header_value("Authorization"), opt.api_key) ||
+        (req.path == "/" && req.has_param("key") && BearerMatches("Bearer " + req.get_param_value("key"), opt.api_key));
+    if (authorized && work && draining.load()) {
+      res.set_header("Retry-After", "5");
+      const ApiError e = ShuttingDown("the server is shutting down; retry on another instance");
+      if (v1)
+        Fail(res, req.path, Clock::now(), e);
+      else
+        SendError(res, e);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (authorized) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e;
     e.http_status = 401;
     e.type = "authentication_error";
@@ -590,7 +663,10 @@ void HttpServer::Impl::Routes() {
     res.set_content(Dump({{"object", "list"}, {"data", nlohmann::json::array({model})}}), "application/json");
   });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(Dump({{"status", "ok"},
+    // Draining: not ready, so a load balancer sends new work elsewhere.
+    const bool drain = draining.load();
+    if (drain) res.status = 503;
+    res.set_content(Dump({{"status", drain ? "draining" : "ok"},
                           {"slots_total", engine.options().n_parallel},
                           {"slots_busy", loop->num_running()},
                           {"queued", loop->num_queued()},
@@ -681,6 +757,33 @@ Result<int> HttpServer::Start() {
   // after Start() cannot leave the serve thread blocked in accept().
   for (int i = 0; i < 10000 && !impl_->http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return port;
+}
+
+void HttpServer::Shutdown(std::chrono::milliseconds timeout, const std::function<bool()>& cut_short) {
+  if (!impl_) return;
+  Impl& m = *impl_;
+  m.draining.store(true);
+  const auto idle = [&m] { return m.active == 0; };
+  const Clock::time_point deadline = Clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(m.active_mu);
+  if (!idle()) DSPARK_LOG_INFO("serve: shutting down: waiting up to {} ms for {} requests", timeout.count(), m.active);
+  while (!idle() && Clock::now() < deadline && !(cut_short && cut_short()))
+    m.active_cv.wait_for(lock, std::chrono::milliseconds(50), idle);
+  if (!idle()) {
+    DSPARK_LOG_WARN("serve: shutting down: cancelling {} requests still running", m.active);
+    // A cancelled request ends at the next engine step and its handler then writes its end. Cancel
+    // again while waiting: a handler may be submitting its choices as the first round runs. A
+    // client that stops reading must not hold the process forever.
+    const Clock::time_point give_up = Clock::now() + std::chrono::seconds(10);
+    while (!idle() && Clock::now() < give_up) {
+      lock.unlock();
+      m.loop->CancelAll();
+      lock.lock();
+      m.active_cv.wait_for(lock, std::chrono::milliseconds(50), idle);
+    }
+  }
+  lock.unlock();
+  Stop();
 }
 
 void HttpServer::Stop() {

@@ -96,18 +96,22 @@ std::optional<ApiError> ReadBool(const ojson& body, const char* field, bool* out
 std::optional<ApiError> ReadStop(const ojson& body, std::vector<std::string>* out) {
   auto it = body.find("stop");
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (it->is_string()) {
-    if (!it->get<std::string>().empty()) out->push_back(it->get<std::string>());
+  // The engine holds back output text as long as the longest stop string and matches every stop
+  // against it per token, so both the count and the length are bounded.
+  const auto add = [out](const std::string& field, const std::string& s) -> std::optional<ApiError> {
+    if (s.size() > kMaxStopBytes)
+      return OutOfRangeError(field, fmt::format("is {} bytes long; at most {} are allowed", s.size(), kMaxStopBytes));
+    if (!s.empty()) out->push_back(s);
     return std::nullopt;
-  }
+  };
+  if (it->is_string()) return add("stop", it->get<std::string>());
   if (!it->is_array()) return WrongType("stop", "a string or an array of strings", *it);
-  constexpr size_t kMaxStops = 16;
   if (it->size() > kMaxStops)
     return OutOfRangeError("stop", fmt::format("has {} strings; at most {} are allowed", it->size(), kMaxStops));
   for (size_t i = 0; i < it->size(); ++i) {
     const ojson& s = (*it)[i];
     if (!s.is_string()) return WrongType(fmt::format("stop[{}]", i), "a string", s);
-    if (!s.get<std::string>().empty()) out->push_back(s.get<std::string>());
+    if (auto e = add(fmt::format("stop[{}]", i), s.get<std::string>())) return e;
   }
   return std::nullopt;
 }
@@ -344,6 +348,9 @@ std::optional<ApiError> ReadPenalties(const ojson& body, SamplingParams* s) {
   auto it = body.find("logit_bias");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_object()) return WrongType("logit_bias", "an object of token id to bias", *it);
+  // Every entry is applied to every sampled row (verification blocks included).
+  if (it->size() > kMaxLogitBias)
+    return OutOfRangeError("logit_bias", fmt::format("has {} entries; at most {} are allowed", it->size(), kMaxLogitBias));
   for (auto kv = it->begin(); kv != it->end(); ++kv) {
     const std::string param = fmt::format("logit_bias.{}", kv.key());
     int64_t id = -1;
@@ -398,13 +405,18 @@ std::optional<ApiError> ReadConstraint(const ojson& body, ApiRequest* out) {
                       fmt::format("'{}' and '{}' both constrain the output; send one of them", given[0], given[1]));
   if (given.empty()) return std::nullopt;
   const auto schema_error = [](const std::string& param, const Status& st) {
-    ApiError e = BadRequest(param, st.code() == StatusCode::kUnimplemented ? "unsupported" : "invalid_value",
-                            fmt::format("'{}': {}", param, st.message()));
-    return e;
+    const char* code = st.code() == StatusCode::kUnimplemented       ? "unsupported"
+                       : st.code() == StatusCode::kResourceExhausted ? "too_large"  // JsonSchemaLimits
+                                                                     : "invalid_value";
+    return BadRequest(param, code, fmt::format("'{}': {}", param, st.message()));
   };
   const ojson& v = body[given[0]];
   if (given[0] == "grammar") {
     if (!v.is_string()) return WrongType("grammar", "a string (GBNF)", v);
+    if (v.get_ref<const std::string&>().size() > kMaxGrammarBytes)
+      return BadRequest("grammar", "too_large",
+                        fmt::format("'grammar' is {} bytes long; at most {} are allowed",
+                                    v.get_ref<const std::string&>().size(), kMaxGrammarBytes));
     out->grammar = v.get<std::string>();
     out->grammar_param = "grammar";
     return std::nullopt;
@@ -463,8 +475,36 @@ std::optional<ApiError> ReadConstraint(const ojson& body, ApiRequest* out) {
   return std::nullopt;
 }
 
+// The deepest nesting of arrays and objects in `text`, counted without parsing (brackets inside
+// strings do not count). Stops counting past `limit`.
+int JsonDepth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size() && deepest <= limit; ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 ojson ParseBody(std::string_view body_text, std::optional<ApiError>* error) {
   ojson body;
+  // Copying, printing and converting a JSON value recurse once per level (the chat template, the
+  // schema converter, nlohmann's dump), so a body of 100k nested arrays would overflow the stack.
+  if (const int depth = JsonDepth(body_text, kMaxJsonDepth); depth > kMaxJsonDepth) {
+    *error = BadRequest("body", "too_deep",
+                        fmt::format("request body nests arrays and objects deeper than {} levels", kMaxJsonDepth));
+    return body;
+  }
   try {
     body = ojson::parse(body_text.begin(), body_text.end());
   } catch (const ojson::exception& e) {

@@ -34,7 +34,15 @@ struct ApiError {
 
 ApiError BadRequest(std::string param, std::string code, std::string message);
 
+// Limits on what one request may ask for, so no field costs unbounded memory or time (each is a
+// 400 naming the field). The body as a whole is bounded by ServerOptions::max_body_bytes (413),
+// which also bounds the prompt, the messages and the tools.
 inline constexpr int kMaxChoices = 8;
+inline constexpr size_t kMaxStops = 16;
+inline constexpr size_t kMaxStopBytes = 256;           // each stop string
+inline constexpr size_t kMaxLogitBias = 1024;          // logit_bias entries
+inline constexpr size_t kMaxGrammarBytes = 64 << 10;   // GBNF text of `grammar`
+inline constexpr int kMaxJsonDepth = 128;              // nesting of arrays and objects in the body
 
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -78,7 +86,7 @@ struct ApiRequest {
 
 // Parses and validates a request body. Every failure names the field: malformed JSON, wrong
 // types, values out of range (temperature < 0, top_p outside (0, 1], penalties outside [-2, 2],
-// n outside [1, 8], logprobs above 20, ...), unknown roles, empty prompt or messages, invalid
+// n outside [1, 8], logprobs above 20, the kMax* limits above, ...), unknown roles, empty prompt or messages, invalid
 // tools or tool_choice, and schemas or grammars the server cannot honour. Fields are checked
 // against the endpoint's list first (README.md, "Request fields"): an unknown field is a 400
 // `unknown_parameter`; echo and suffix are a 400 `unsupported` unless neutral. Nothing a client

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 
 #include "spec/verifier.h"
 #include "util/log.h"
@@ -45,16 +46,46 @@ struct GrammarVocab {
 class DraftGrammar final : public DraftConstraint {
  public:
   DraftGrammar(GrammarVocab vocab, const grammar::Grammar& g, grammar::GrammarState state)
-      : vocab_(vocab), g_(g), state_(std::move(state)) {}
-  bool Mask(float* logits, int n_vocab, bool greedy) override { return vocab_.Mask(g_, state_, logits, n_vocab, greedy); }
-  void Push(int32_t token) override {
-    if (!vocab_.tokenizer.IsEog(token)) g_.Advance(&state_, vocab_.bytes[token]);
+      : vocab_(vocab), g_(g) {
+    states_.push_back(std::move(state));
   }
+  bool Mask(float* logits, int n_vocab, bool greedy) override {
+    if (!greedy) return vocab_.Mask(g_, states_.back(), logits, n_vocab, false);
+    // A greedy draft needs only the most probable allowed token, and a full mask costs as much as
+    // a small draft pass: the drafter's few best candidates are tried in order, the more probable
+    // forbidden ones are set to -inf (so the argmax is the allowed one), and when none of them is
+    // allowed the draft ends (the drafter does not know what comes next).
+    if (vocab_.Allows(g_, states_.back(), Argmax(logits, n_vocab))) return true;
+    constexpr int kCandidates = 8;
+    const int n = std::min(kCandidates, n_vocab);
+    thread_local std::vector<int32_t> order;
+    order.resize(n_vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int i = 0; i < n; ++i) {
+      if (vocab_.Allows(g_, states_.back(), order[i])) return true;
+      logits[order[i]] = -INFINITY;
+    }
+    return false;
+  }
+  void Push(int32_t token) override {
+    grammar::GrammarState next = states_.back();
+    if (!vocab_.tokenizer.IsEog(token)) g_.Advance(&next, vocab_.bytes[token]);
+    tokens_.push_back(token);
+    states_.push_back(std::move(next));
+  }
+  // The tokens drafted under the constraint and the state before each of them and after the last:
+  // the engine's check of the draft reuses them instead of walking the grammar again.
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  std::vector<grammar::GrammarState>& states() { return states_; }
 
  private:
   GrammarVocab vocab_;
   const grammar::Grammar& g_;
-  grammar::GrammarState state_;
+  std::vector<int32_t> tokens_;
+  std::vector<grammar::GrammarState> states_;
 };
 }  // namespace
 
@@ -358,18 +389,27 @@ void BatchEngine::ConstrainDraft(Sequence& s) {
   Masker();
   const grammar::Grammar& g = *s.options.grammar;
   Draft& d = s.draft;
-  s.draft_states.assign(1, *s.grammar);
   size_t keep = 0;
-  while (keep < d.tokens.size()) {
+  // The tokens the drafter drew under the constraint are allowed already, their states known.
+  if (s.draft_grammar != nullptr) {
+    const std::vector<int32_t>& walked = s.draft_grammar->tokens();
+    while (keep < d.tokens.size() && keep < walked.size() && walked[keep] == d.tokens[keep]) ++keep;
+    s.draft_states.swap(s.draft_grammar->states());
+    s.draft_states.resize(keep + 1);
+    s.draft_grammar.reset();
+  } else {
+    s.draft_states.assign(1, *s.grammar);
+  }
+  // Nothing after an end-of-generation token is emitted, whatever its row says.
+  bool ended = keep > 0 && tokenizer_.IsEog(d.tokens[keep - 1]);
+  const GrammarVocab vocab{tokenizer_, token_bytes_, Masker()};
+  while (!ended && keep < d.tokens.size()) {
     const int32_t id = d.tokens[keep];
-    if (!GrammarVocab{tokenizer_, token_bytes_, Masker()}.Allows(g, s.draft_states.back(), id)) break;
+    if (!vocab.Allows(g, s.draft_states.back(), id)) break;
     ++keep;
     grammar::GrammarState next = s.draft_states.back();
-    if (tokenizer_.IsEog(id)) {  // the text ends: nothing after it is emitted, whatever its row says
-      s.draft_states.push_back(std::move(next));
-      break;
-    }
-    g.Advance(&next, token_bytes_[id]);
+    ended = tokenizer_.IsEog(id);
+    if (!ended) g.Advance(&next, token_bytes_[id]);
     s.draft_states.push_back(std::move(next));
   }
   if (keep == d.tokens.size()) return;
@@ -387,12 +427,15 @@ int32_t BatchEngine::SampleAt(Sequence& s, const float* row) {
   return SampleToken(row, n_vocab, s.options.sampling, rng, &scratch);
 }
 
-bool BatchEngine::Emit(Sequence& s, int32_t id, TokenSource source, const float* row) {
+bool BatchEngine::Emit(Sequence& s, int32_t id, TokenSource source, const float* row,
+                       grammar::GrammarState* known_state) {
   if (!s.options.ignore_eos && tokenizer_.IsEog(id)) {
     s.stop_reason = "eos";
     return false;
   }
-  if (s.grammar && !tokenizer_.IsEog(id) && !s.options.grammar->Advance(&*s.grammar, token_bytes_[id])) {
+  if (s.grammar && known_state != nullptr) {
+    *s.grammar = std::move(*known_state);
+  } else if (s.grammar && !tokenizer_.IsEog(id) && !s.options.grammar->Advance(&*s.grammar, token_bytes_[id])) {
     // Masked rows never sample such a token; a broken mask would otherwise break the promise.
     s.stop_reason = "error";
     s.result.error = "grammar: the sampled token does not continue the constrained text";
@@ -713,8 +756,11 @@ Result<int> BatchEngine::VerifyAndCommit(const std::vector<Sequence*>& decoding,
     committed += static_cast<int>(vr.tokens.size());
     for (size_t j = 0; j < vr.tokens.size() && running; ++j) {
       s->context.push_back(vr.tokens[j]);
-      running = Emit(*s, vr.tokens[j], static_cast<int>(j) < vr.num_accepted ? TokenSource::kDraft : TokenSource::kTarget,
-                     rows + j * static_cast<size_t>(n_vocab));
+      const bool accepted = static_cast<int>(j) < vr.num_accepted;
+      // An accepted draft token's grammar state is known from checking the draft.
+      grammar::GrammarState* known = accepted && s->grammar ? &s->draft_states[j + 1] : nullptr;
+      running = Emit(*s, vr.tokens[j], accepted ? TokenSource::kDraft : TokenSource::kTarget,
+                     rows + j * static_cast<size_t>(n_vocab), known);
     }
     if (running && cache_.Length(s->slot) >= cache_.n_ctx()) {
       s->stop_reason = "context";

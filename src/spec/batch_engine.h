@@ -143,7 +143,10 @@ class BatchEngine {
   TapRows Taps(const Pass& pass, const Sequence& s, int pos0, int n_rows) const;
   void Finish(Sequence& s, std::string reason);
   // `row`: the adjusted logits the token was drawn from (its log-probabilities).
-  bool Emit(Sequence& s, int32_t id, TokenSource source, const float* row);
+  // `known_state`: the grammar state after the token when it is already known (accepted draft
+  // tokens of a constrained request), taken instead of advancing the grammar again.
+  bool Emit(Sequence& s, int32_t id, TokenSource source, const float* row,
+            grammar::GrammarState* known_state = nullptr);
   // The logits of n_rows consecutive positions of `s` with its request's adjustments applied
   // (the logits themselves when it has none); row i counts draft[0, i) as generated before it.
   const float* AdjustedRows(Sequence& s, const float* logits, int n_rows, const int32_t* draft);

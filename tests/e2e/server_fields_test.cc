@@ -176,6 +176,66 @@ TEST_F(Server, UnsupportedFeaturesAre400NotIgnored) {
   }
 }
 
+// No field can make a request cost unbounded memory or time (openai_schema.h, kMax*): each limit
+// is a 400 naming the field. On plain_, whose body limit (1 MiB) lets the oversized values through.
+TEST_F(Server, LimitsAreEnforcedNamingTheField) {
+  const json completion = {{"prompt", "x"}, {"max_tokens", 2}};
+  json bias = json::object();
+  for (int i = 0; i <= 1024; ++i) bias[std::to_string(i)] = 1;
+  json deep_schema = {{"type", "string"}};
+  for (int i = 0; i < 70; ++i) deep_schema = {{"type", "array"}, {"items", deep_schema}};
+  std::string nested;
+  for (int i = 0; i < 200000; ++i) nested += '[';
+  nested += std::string(200000, ']');
+  struct Case {
+    json body;  // merged into `completion`
+    std::string raw;  // or a raw body
+    const char* param;
+    const char* code;
+  };
+  const std::vector<Case> cases = {
+      {{{"logit_bias", bias}}, "", "logit_bias", "out_of_range"},
+      {{{"stop", std::string(257, 's')}}, "", "stop", "out_of_range"},
+      {{{"stop", {"a", std::string(257, 's')}}}, "", "stop[1]", "out_of_range"},
+      {{{"stop", std::vector<std::string>(17, "a")}}, "", "stop", "out_of_range"},
+      {{{"grammar", "root ::= \"a\"" + std::string(64 << 10, ' ')}}, "", "grammar", "too_large"},
+      {{{"json_schema", deep_schema}}, "", "json_schema", "too_large"},
+      // Nested past kMaxJsonDepth: refused before parsing (200k levels would overflow the stack of
+      // the recursive copy and print), also where brackets hide in strings.
+      {nullptr, R"({"prompt": "x", "metadata": )" + nested + "}", "body", "too_deep"},
+      {nullptr, R"({"prompt": "x", "metadata": )" + std::string(129, '[') + std::string(129, ']') + "}", "body", "too_deep"},
+  };
+  for (const Case& c : cases) {
+    json body = completion;
+    if (!c.body.is_null()) body.update(c.body);
+    const std::string text = c.raw.empty() ? body.dump() : c.raw;
+    auto r = Post(plain_, "/v1/completions", text, {});
+    ASSERT_TRUE(r) << c.param;
+    EXPECT_EQ(r->status, 400) << c.param << " -> " << r->body;
+    const json e = json::parse(r->body)["error"];
+    EXPECT_EQ(e["param"], c.param) << r->body;
+    EXPECT_EQ(e["code"], c.code) << r->body;
+  }
+  // At the limits (and brackets inside strings, which do not nest): accepted.
+  json at = completion;
+  at["stop"] = std::vector<std::string>(16, std::string(256, 's'));
+  json ok_bias = json::object();
+  for (int i = 0; i < 300; ++i) ok_bias[std::to_string(i)] = 0;  // the whole toy vocabulary
+  at["logit_bias"] = ok_bias;
+  at["metadata"] = {{"k", std::string(1000, '[')}};
+  auto r = Post(plain_, "/v1/completions", at.dump(), {});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  // max_tokens beyond the context is clamped to the room the prompt leaves (n_ctx 512), not refused.
+  json big = Completion("x", 100000);
+  r = Post(plain_, "/v1/completions", big.dump(), {});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json done = json::parse(r->body);
+  EXPECT_EQ(done["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(done["usage"]["prompt_tokens"].get<int>() + done["usage"]["completion_tokens"].get<int>(), 512);
+}
+
 TEST_F(Server, AllowListedAndNeutralFieldsAreAccepted) {
   // Each harmless field, and each unimplemented feature at its neutral value, alone: 200 and the
   // same greedy text as without it.

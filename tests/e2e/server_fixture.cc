@@ -123,6 +123,7 @@ std::unique_ptr<TestServer> StartTestServer(const TestServerConfig& config) {
   so.host = "127.0.0.1";
   so.port = 0;
   so.api_key = config.api_key;
+  so.api_key_all = config.api_key_all;
   so.model_name = "tiny";
   so.spec_type = config.draft == DraftKind::kQ8Copy ? "draft-simple" : config.draft == DraftKind::kSlowEmpty ? "test" : "none";
   if (config.draft == DraftKind::kQ8Copy) so.draft_model = Tiny().q8;

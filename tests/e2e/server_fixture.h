@@ -30,6 +30,7 @@ enum class DraftKind {
 
 struct TestServerConfig {
   std::string api_key;
+  bool api_key_all = false;
   std::string chat_template;
   DraftKind draft = DraftKind::kNone;
   int parallel = 4;
