@@ -7,7 +7,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 
+#include "grammar/gbnf.h"
+#include "grammar/matcher.h"
 #include "model/testing/tiny_models.h"
 #include "sampling/sampling.h"
 #include "spec/batch_engine.h"
@@ -181,6 +184,54 @@ TEST_F(LosslessSamplingControls, SpeculativeSamplingOnAMixtureOfExpertsTargetMat
       SpeculativeEngine engine(*target_.model, *target_.tok, pool_, o, drafter.get());
       testing::ExpectSpeculativeSamplingMatchesTarget(*target_.model, pool_, engine, kPrompt, params, kNMax + 3, kTrials);
     }
+  }
+}
+
+// Grammar-constrained sampling: verification samples from the masked target distribution (and the
+// drafter drafts from its masked one), so the output follows plain constrained sampling exactly.
+// The reference masks by checking every token against the grammar itself, apart from the engine's
+// vocabulary trie.
+TEST_F(LosslessSamplingControls, GrammarConstrainedSamplingMatchesTheExactMaskedDistribution) {
+  const int n_vocab = target_.model->config().n_vocab;
+  std::vector<std::string> words;
+  for (int32_t id = 0; id < n_vocab && words.size() < 6; ++id) {
+    const std::string piece = target_.tok->TokenToPiece(id, /*render_special=*/true);
+    if (!piece.empty() && !target_.tok->IsEog(id) && std::find(words.begin(), words.end(), piece) == words.end())
+      words.push_back(piece);
+  }
+  ASSERT_EQ(words.size(), 6u);
+  const auto lit = [&](int i) { return grammar::GbnfLiteral(words[i]); };
+  // Two alternating sets of three tokens each (of 16): many outcomes, and drafts that break it.
+  const std::string gbnf = "root ::= (" + lit(0) + " | " + lit(1) + " | " + lit(2) + ") ((" + lit(3) + " | " + lit(4) +
+                           " | " + lit(1) + ") (" + lit(0) + " | " + lit(5) + " | " + lit(2) + "))*\n";
+  auto g = grammar::Grammar::Compile(gbnf);
+  ASSERT_TRUE(g.ok()) << g.status().message() << "\n" << gbnf;
+  const grammar::Grammar& gram = **g;
+  const testing::PathMask mask = [&](const std::vector<int32_t>& path, float* logits) {
+    grammar::GrammarState st = gram.Start();
+    for (int32_t t : path)
+      if (!target_.tok->IsEog(t)) ASSERT_TRUE(gram.Advance(&st, target_.tok->TokenToPiece(t, true)));
+    for (int32_t id = 0; id < n_vocab; ++id) {
+      const std::string piece = target_.tok->TokenToPiece(id, true);
+      const bool ok = target_.tok->IsEog(id) ? gram.CanEnd(st) : !piece.empty() && gram.Accepts(st, piece);
+      if (!ok) logits[id] = -INFINITY;
+    }
+  };
+  for (const SamplingParams& params : {kUnfiltered, kFiltered}) {
+    auto drafter = MakeDrafter("draft-model");
+    BatchEngineOptions o;
+    o.n_ctx = 64;
+    o.schedule.n_max = kNMax;
+    SpeculativeEngine engine(*target_.model, *target_.tok, pool_, o, drafter.get());
+    const auto exact = testing::ExactJointDistribution(*target_.model, pool_, kPrompt, params, 1, 3, mask);
+    GenerateOptions go;
+    go.max_new_tokens = kNMax + 3;
+    go.sampling = params;
+    go.grammar = *g;
+    const testing::SamplingCheck c = testing::CheckSampling(engine, kPrompt, go, exact, 1, 3, kTrials);
+    EXPECT_TRUE(c.passed()) << c.Describe();
+    EXPECT_GT(c.stats.num_accepted_tokens, 0) << c.Describe();
+    EXPECT_LT(c.stats.num_accepted_tokens, c.stats.num_draft_tokens) << "no rejection: " << c.Describe();
   }
 }
 

@@ -32,8 +32,12 @@ using Outcome = std::vector<int32_t>;
 // sampling with `params` after `prompt`: the product of ComputeProbs along each path, enumerated
 // depth first with one forward pass per prefix. Paths grow as n_vocab^(first + count), so this is
 // for tiny vocabularies (top-k prunes them further).
+// `mask`, when given, constrains each position further (a grammar): it receives the tokens sampled
+// so far and the position's logits, and sets forbidden tokens to -inf.
+using PathMask = std::function<void(const std::vector<int32_t>& path, float* logits)>;
 inline std::map<Outcome, double> ExactJointDistribution(Model& model, ThreadPool& pool, const std::vector<int32_t>& prompt,
-                                                        const SamplingParams& params, int first, int count) {
+                                                        const SamplingParams& params, int first, int count,
+                                                        const PathMask& mask = nullptr) {
   const int depth = first + count;
   const int n_vocab = model.config().n_vocab;
   const int n_prompt = static_cast<int>(prompt.size());
@@ -52,6 +56,7 @@ inline std::map<Outcome, double> ExactJointDistribution(Model& model, ThreadPool
     std::vector<int32_t> committed = prompt;
     committed.insert(committed.end(), path.begin(), path.end());
     ApplyLogitAdjustments(adjusted.data(), n_vocab, params, committed, {}, prompt.size());
+    if (mask) mask(path, adjusted.data());
     ComputeProbs(adjusted.data(), n_vocab, params, &p);
     for (int32_t t = 0; t < n_vocab; ++t) {
       if (p[t] <= 0) continue;
