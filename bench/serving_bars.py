@@ -30,9 +30,7 @@ import json
 import os
 import shlex
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -45,6 +43,9 @@ except ImportError:  # reported when bar 2 runs, so bars 1 and 3 work without it
     jsonschema = None
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from dspark_server import ServeError, ServeProcess  # noqa: E402 -- needs the path above
+
 TARGET = "models/ref-target.gguf"
 DRAFT = ["--spec-type", "draft-simple", "-md", "models/ref-draft.gguf"]
 DSPARK = ["--spec-type", "draft-dspark", "-md", "models/ref-dspark.gguf"]
@@ -60,30 +61,14 @@ class BenchError(Exception):
 # ---------------------------------------------------------------------------------------------
 # Servers
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(ServeProcess):
     """One `dspark serve` child. Use as a context manager; stop() also runs at exit and on signals."""
 
     live = []  # servers not yet stopped, for the exit handler
 
     def __init__(self, binary, args, name, log_dir):
-        self.binary, self.name = binary, name
-        self.port = free_port()
-        self.args = ["serve", "-m", TARGET] + args + ["--port", str(self.port)]
-        self.log_path = Path(log_dir) / f"{name}.log"
-        self.proc = None
-
-    def command(self):
-        """The command line as a user would type it (no --port: any free one does)."""
-        args = list(self.args)
-        i = args.index("--port")
-        del args[i:i + 2]
-        return shlex.join([os.path.relpath(self.binary, ROOT)] + args)
+        super().__init__(binary, ["-m", TARGET] + args, Path(log_dir) / f"{name}.log", name=name, cwd=ROOT)
+        self.models = None
 
     def __enter__(self):
         self.start()
@@ -93,49 +78,17 @@ class Server:
         self.stop()
 
     def start(self):
-        # The binary may be rebuilt under us: wait a little for it to come back.
-        for _ in range(120):
-            if os.access(self.binary, os.X_OK):
-                break
-            time.sleep(0.5)
-        else:
-            raise BenchError(f"{self.binary} is missing or not executable")
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([self.binary] + self.args, cwd=ROOT, stdout=self.log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        Server.live.append(self)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BenchError(f"server {self.name} exited with {self.proc.returncode}:\n"
-                                 f"  {self.command()}\n{self.log_tail()}")
-            try:
-                status, body = request(self.port, "GET", "/health", timeout=2)
-                if status == 200 and body.get("status") == "ok":
-                    self.models = request(self.port, "GET", "/v1/models")[1]["data"][0]["dspark"]
-                    return
-            except (OSError, http.client.HTTPException, ValueError):
-                pass
-            time.sleep(0.1)
-        raise BenchError(f"server {self.name} did not answer /health in 120 s\n{self.log_tail()}")
+        Server.live.append(self)  # before the start-up wait, so that a failed start is stopped too
+        try:
+            super().start()
+        except ServeError as e:
+            raise BenchError(str(e)) from None
+        self.models = request(self.port, "GET", "/v1/models")[1]["data"][0]["dspark"]
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        super().stop(timeout=10)
         if self in Server.live:
             Server.live.remove(self)
-            self.log.close()
-
-    def log_tail(self, n=20):
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
 
     def health(self):
         return request(self.port, "GET", "/health", timeout=5)[1]

@@ -25,16 +25,12 @@ Standard library only. Exit status: 0 when every bar holds, 1 when one is missed
 --no-fail), 2 when the soak itself fails (the server does not start, the models are missing).
 """
 import argparse
-import ctypes
 import http.client
 import json
-import os
 import random
 import shlex
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -43,7 +39,10 @@ import urllib.parse
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-SERVER_ARGS = ["serve", "-m", "models/ref-target.gguf", "--spec-type", "draft-dspark",
+sys.path.insert(0, str(ROOT / "bench"))
+from dspark_server import ServeError, ServeProcess  # noqa: E402 -- needs the path above
+
+SERVER_ARGS = ["-m", "models/ref-target.gguf", "--spec-type", "draft-dspark",
                "-md", "models/ref-dspark.gguf", "--parallel", "8"]
 CODE_PROMPTS = ROOT / "bench/prompts/code-completion.jsonl"
 HTTP_TIMEOUT = 120  # seconds for one request; the longest one here takes a few seconds
@@ -157,86 +156,25 @@ def stream_request(target, path, body, stop_after=None):
 # ---------------------------------------------------------------------------------------------
 # The server
 
-class Server:
+class Server(ServeProcess):
     """One `dspark serve` child on a free loopback port; stop() also runs on SIGTERM/SIGINT."""
 
     def __init__(self, binary, extra, log_dir):
-        self.binary = binary
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.args = SERVER_ARGS + extra + ["--port", str(self.port)]
-        self.log_path = Path(log_dir) / "server.log"
-        self.proc = None
-        self.exit_code = None
-
-    def command(self):
-        args = list(self.args)
-        i = args.index("--port")
-        del args[i:i + 2]
-        return shlex.join([os.path.relpath(self.binary, ROOT)] + args)
+        super().__init__(binary, SERVER_ARGS + extra, Path(log_dir) / "server.log", cwd=ROOT)
 
     def start(self):
-        for _ in range(120):  # the binary may be relinked under us: wait for it to come back
-            if os.access(self.binary, os.X_OK):
-                break
-            time.sleep(0.5)
-        else:
-            raise SoakError(f"{self.binary} is missing or not executable (build it: make build)")
         for m in ("models/ref-target.gguf", "models/ref-dspark.gguf"):
             if not (ROOT / m).exists():
                 raise SoakError(f"{m} is missing")
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([self.binary] + self.args, cwd=ROOT, stdout=self.log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     preexec_fn=_die_with_parent)
-        target = Target("127.0.0.1", self.port)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SoakError(f"server exited with {self.proc.returncode} at start-up:\n  {self.command()}\n"
-                                f"{self.log_tail()}")
-            try:
-                status, body, _ = target.call("GET", "/health", timeout=2)
-                if status == 200 and body and body.get("status") == "ok":
-                    return target
-            except (OSError, http.client.HTTPException):
-                pass
-            time.sleep(0.1)
-        raise SoakError(f"server did not answer /health in 120 s\n{self.log_tail()}")
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
+        try:
+            super().start()
+        except ServeError as e:
+            raise SoakError(str(e)) from None
+        return Target("127.0.0.1", self.port)
 
     def stop(self):
         """Stops the server; returns its exit code (None when it was never started)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.exit_code is None:
-            self.exit_code = self.proc.returncode
-            self.log.close()
-        return self.exit_code
-
-    def log_tail(self, n=20):
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-
-def _die_with_parent():
-    """In the child before exec: SIGTERM when this script dies, even by SIGKILL (a ctest timeout)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+        return super().stop(timeout=15)
 
 
 def read_rss_kib(pid):

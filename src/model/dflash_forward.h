@@ -43,6 +43,7 @@ class DflashContext {
   // Keeps the first n rows of `from` (this context or another of the same model): a request that
   // starts with a prefix the drafter has already seen.
   Status KeepPrefixOf(const DflashContext& from, int n) { return cache_.CopyPrefixFrom(from.cache_, 0, 0, n); }
+  size_t bytes() const { return cache_.bytes(); }
 
  private:
   friend class DflashForward;

@@ -161,6 +161,7 @@ BatchEngine::BatchEngine(Model& target, const Tokenizer& tokenizer, ThreadPool& 
   options_.prefill_chunk = std::max(1, options_.prefill_chunk);
   slots_.resize(options_.n_parallel);
   retained_.resize(options_.n_parallel);
+  drafter_rows_valid_.assign(options_.n_parallel, 0);
   slot_used_.assign(options_.n_parallel, 0);
   if (drafter_ != nullptr) {
     const DrafterNeeds needs = drafter_->Needs();
@@ -311,7 +312,10 @@ void BatchEngine::StartFromCache(Sequence& s, int slot) {
     // Rows of this slot the new request does not share would be lost: the host store keeps them
     // (before it is searched, so that the entry found cannot be evicted by this save).
     if (retained_[slot].size() >= own + kMinCopyRows) {
-      Status st = store_.Save(retained_[slot], cache_, slot);
+      std::unique_ptr<DrafterRows> drafter_rows =
+          drafter_ != nullptr && drafter_rows_valid_[slot] ? drafter_->SaveRows(slot, static_cast<int>(retained_[slot].size()))
+                                                           : nullptr;
+      Status st = store_.Save(retained_[slot], cache_, slot, std::move(drafter_rows));
       if (!st.ok()) DSPARK_LOG_WARN("prompt cache: keeping slot {}'s rows failed: {}", slot, st.message());
     }
     const PromptStore::Match m = store_.capacity() > 0 ? store_.Find(s.prompt) : PromptStore::Match{};
@@ -325,7 +329,10 @@ void BatchEngine::StartFromCache(Sequence& s, int slot) {
   int reuse = static_cast<int>(rows);
   if (s.use_drafter) {
     if (reuse > 0) {
-      Result<int> kept = drafter_->BeginWithPrefix(slot, from, reuse);
+      // The drafter's rows of a slot belong to its last request only if that request drafted.
+      const bool valid = from < 0 || (slots_[from] != nullptr ? slots_[from]->use_drafter : drafter_rows_valid_[from] != 0);
+      Result<int> kept = drafter_->BeginWithPrefix(slot, valid ? from : -1, reuse,
+                                                   entry != nullptr ? entry->drafter.get() : nullptr);
       if (kept.ok()) reuse = std::min(reuse, *kept);
       else FailDrafter(s, kept.status());
     } else if (Status st = drafter_->Begin(slot); !st.ok()) {
@@ -483,6 +490,7 @@ void BatchEngine::Finish(Sequence& s, std::string reason) {
   if (options_.prompt_cache) {
     const size_t n = std::min(s.context.size(), static_cast<size_t>(cache_.Length(s.slot)));
     retained_[s.slot].assign(s.context.begin(), s.context.begin() + n);
+    drafter_rows_valid_[s.slot] = s.use_drafter;
     slot_used_[s.slot] = ++clock_;
   } else {
     cache_.Clear(s.slot);

@@ -181,6 +181,7 @@ class BatchEngine {
   // Prompt cache: per free slot, the tokens of the KV rows its last request left, and when it
   // ended (least recently used slots are overwritten first); the host store behind them.
   std::vector<std::vector<int32_t>> retained_;
+  std::vector<char> drafter_rows_valid_;  // the drafter's state of the slot matches `retained_`
   std::vector<int64_t> slot_used_;
   int64_t clock_ = 0;
   PromptStore store_;

@@ -114,6 +114,13 @@ struct ProposeRequest {
   Rng* rng = nullptr;
 };
 
+// A drafter's per-row state saved for the prompt cache (Drafter::SaveRows); opaque to the engine.
+class DrafterRows {
+ public:
+  virtual ~DrafterRows() = default;
+  virtual size_t bytes() const = 0;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -132,10 +139,16 @@ class Drafter {
   // Returns how many of those rows the drafter's state holds from now on; the engine runs the rest
   // through the target again. The default suits drafters that read the context on every proposal
   // (and the draft model, which finds its common prefix itself): Begin, and all of them.
-  virtual Result<int> BeginWithPrefix(int seq, int from, int rows) {
+  // `saved`: with from == -1, what SaveRows returned for those rows when they went to the store
+  // (null if it returned nothing).
+  virtual Result<int> BeginWithPrefix(int seq, int from, int rows, const DrafterRows* saved) {
     DSPARK_TRY(Begin(seq));
     return rows;
   }
+  // The state this drafter holds for the first `rows` context rows of `seq`, kept with the target's
+  // rows when the engine moves them to its host prompt cache, and handed back to BeginWithPrefix
+  // when a later request starts with them. Null: the drafter keeps nothing per row (or cannot).
+  virtual std::unique_ptr<DrafterRows> SaveRows(int seq, int rows) { return nullptr; }
   // Target hidden states of rows committed for `seq` (only called when Needs() asks for taps).
   virtual Status ObserveTaps(int seq, const TapRows& rows) { return Status::Ok(); }
   // The prompt of `seq` is processed: `context` is the prompt and the first sampled token (which

@@ -11,7 +11,8 @@ size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   return i;
 }
 
-Status PromptStore::Save(std::span<const int32_t> tokens, const KvCache& from, int seq) {
+Status PromptStore::Save(std::span<const int32_t> tokens, const KvCache& from, int seq,
+                         std::unique_ptr<DrafterRows> drafter) {
   if (capacity_ == 0 || tokens.empty()) return Status::Ok();
   for (auto it = entries_.begin(); it != entries_.end();) {
     const size_t common = CommonPrefix(it->tokens, tokens);
@@ -20,7 +21,7 @@ Status PromptStore::Save(std::span<const int32_t> tokens, const KvCache& from, i
       return Status::Ok();
     }
     if (common == it->tokens.size()) {  // the new rows extend this entry: it goes
-      used_ -= it->kv->bytes();
+      used_ -= it->bytes();
       it = entries_.erase(it);
       continue;
     }
@@ -30,13 +31,14 @@ Status PromptStore::Save(std::span<const int32_t> tokens, const KvCache& from, i
   // The bytes an entry takes are known once its cache exists (whole pages): size it, then evict.
   auto kv = std::make_unique<KvCache>(config_, 1, n, kv_type_);
   DSPARK_TRY(kv->CopyPrefixFrom(from, seq, 0, n));
-  const size_t bytes = kv->bytes();
+  Entry entry{std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(kv), std::move(drafter)};
+  const size_t bytes = entry.bytes();
   if (bytes > capacity_) return Status::Ok();
   while (used_ + bytes > capacity_ && !entries_.empty()) {
-    used_ -= entries_.back().kv->bytes();
+    used_ -= entries_.back().bytes();
     entries_.pop_back();
   }
-  entries_.push_front(Entry{std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(kv)});
+  entries_.push_front(std::move(entry));
   used_ += bytes;
   return Status::Ok();
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/kv_cache.h"
+#include "spec/drafter.h"
 
 namespace dspark {
 
@@ -24,6 +25,8 @@ class PromptStore {
   struct Entry {
     std::vector<int32_t> tokens;  // the tokens whose KV rows `kv` holds (sequence 0)
     std::unique_ptr<KvCache> kv;
+    std::unique_ptr<DrafterRows> drafter;  // the drafter's state for those rows (null: none)
+    size_t bytes() const { return kv->bytes() + (drafter ? drafter->bytes() : 0); }
   };
   struct Match {
     const Entry* entry = nullptr;
@@ -37,7 +40,8 @@ class PromptStore {
   // Keeps the first tokens.size() rows of `seq` of `from` unless an entry already holds them (an
   // entry they extend is replaced). Evicts least recently used entries to fit; an entry larger
   // than the whole capacity is not kept.
-  Status Save(std::span<const int32_t> tokens, const KvCache& from, int seq);
+  // `drafter` is the drafter's state for the rows (Drafter::SaveRows), kept with them.
+  Status Save(std::span<const int32_t> tokens, const KvCache& from, int seq, std::unique_ptr<DrafterRows> drafter);
   // The entry sharing the longest prefix with `prompt` (marked as used), or none.
   Match Find(std::span<const int32_t> prompt);
 

@@ -270,6 +270,42 @@ TEST_F(DSpark, PromptCacheReusesTargetAndDrafterRowsAndStaysLossless) {
   EXPECT_EQ(both[1].stats.num_fallbacks, 0) << both[1].error;
 }
 
+// The host prompt cache keeps the drafter's context rows with the target's: a prefix that left its
+// slot comes back with both, and the drafter drafts from the restored rows.
+TEST_F(DSpark, PromptCacheHostStoreKeepsTheDraftersRowsToo) {
+  auto d = Create("anchor_first");
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  BatchEngineOptions bo;
+  bo.n_parallel = 1;
+  bo.n_ctx = 128;
+  bo.schedule.n_max = 4;
+  bo.cache_ram_bytes = 32 << 20;
+  BatchEngine engine(*target_.model, *target_.tok, pool_, bo, d->get());
+  auto run = [&](const std::vector<int32_t>& prompt) {
+    GenerateResult out;
+    GenerateOptions go;
+    go.max_new_tokens = 10;
+    go.ignore_eos = true;
+    EXPECT_TRUE(engine.Submit(prompt, go, nullptr, [&out](GenerateResult&& r) { out = std::move(r); }).ok());
+    EXPECT_TRUE(engine.RunUntilIdle().ok());
+    return out;
+  };
+  std::vector<int32_t> a = Prompt(2), b = Prompt(1);
+  for (int v = 0; v < 40; ++v) {
+    a.push_back(3 + (v * 11) % 50);
+    b.push_back(4 + (v * 17) % 50);
+  }
+  run(a);
+  run(b);  // a's rows move to the host store
+  std::vector<int32_t> a2 = a;
+  a2.push_back(9);
+  const GenerateResult r = run(a2);
+  EXPECT_EQ(r.ids, ReferenceGreedy(*target_.model, pool_, a2, 10));
+  EXPECT_GE(r.stats.prompt_cached_tokens, static_cast<int64_t>(a.size()) - 4) << "the drafter's rows came back too";
+  EXPECT_EQ(r.stats.num_fallbacks, 0) << r.error;
+  EXPECT_GT(r.stats.num_draft_tokens, 0);
+}
+
 TEST_F(DSpark, CostScheduleAndConfidenceCutStayLossless) {
   const auto prompt = Prompt(2);
   const auto want = ReferenceGreedy(*target_.model, pool_, prompt, 30);

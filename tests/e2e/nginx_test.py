@@ -29,7 +29,6 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,9 @@ import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from dspark_server import ServeError, ServeProcess, free_port  # noqa: E402 -- needs the path above
+
 TEMPLATE = os.path.join(ROOT, "deploy", "nginx", "dspark.conf")
 N_REPLICAS = 3
 N_SESSIONS = 6
@@ -54,12 +56,6 @@ def log(msg):
 def fail(msg):
     log(f"FAIL: {msg}")
     sys.exit(1)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def find_nginx():
@@ -235,7 +231,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="dspark-nginx-")
     for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
         os.makedirs(os.path.join(tmp, "temp", d))
-    procs, logs = {}, {}
+    replicas = {}  # port -> ServeProcess
     nginx_proc = None
     stop = threading.Event()  # ends the stream clients
     ok = False
@@ -243,13 +239,16 @@ def main():
         # --- replicas -------------------------------------------------------------------------
         ports = [free_port() for _ in range(N_REPLICAS)]
         for p in ports:
-            logs[p] = open(os.path.join(tmp, f"replica-{p}.log"), "w")
-            procs[p] = subprocess.Popen(
-                [dspark, "serve", "-m", target, "--spec-type", "draft-simple", "-md", draft,
-                 "--host", "127.0.0.1", "--port", str(p), "--parallel", "2", "-t", "1"],
-                stdout=logs[p], stderr=subprocess.STDOUT)
+            replicas[p] = ServeProcess(
+                dspark, ["-m", target, "--spec-type", "draft-simple", "-md", draft,
+                         "--host", "127.0.0.1", "--parallel", "2", "-t", "1"],
+                os.path.join(tmp, f"replica-{p}.log"), name=f"replica on port {p}", port=p)
+            replicas[p].launch()  # all three first, so that they load in parallel
         for p in ports:
-            if not wait_health(p, procs[p], 60, "replica"):
+            try:
+                replicas[p].wait_ready(60)
+            except ServeError as e:
+                log(str(e))
                 fail(f"replica on port {p} did not start (log: {tmp}/replica-{p}.log)")
         addr = {f"127.0.0.1:{p}": p for p in ports}
 
@@ -326,10 +325,10 @@ def main():
             elif time.time() - ready_at > 1.0:
                 victim = max(busy, key=lambda a: busy[a])
                 reason = "holds sessions with turns left; no stream in flight there"
-        procs[addr[victim]].kill()
+        replicas[addr[victim]].proc.kill()
         kill_time = time.time()
         log(f"t={kill_time - start:.1f}s: SIGKILL replica {victim} ({reason})")
-        procs[addr[victim]].wait()
+        replicas[addr[victim]].proc.wait()
 
         for th in sess_threads:
             th.join(timeout=120)
@@ -433,16 +432,10 @@ def main():
                 nginx_proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 nginx_proc.kill()
-        for p in procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for f in logs.values():
-            f.close()
+        for r in replicas.values():
+            r.terminate()  # all at once: each takes up to 2 s to let go of nginx's keep-alive connections
+        for r in replicas.values():
+            r.stop(timeout=10)
         if ok and not os.environ.get("DSPARK_TEST_KEEP_TMP"):
             shutil.rmtree(tmp, ignore_errors=True)
         else:

@@ -42,22 +42,49 @@ Status DSparkDrafter::Begin(int seq) {
   return Status::Ok();
 }
 
-Result<int> DSparkDrafter::BeginWithPrefix(int seq, int from, int rows) {
+namespace {
+// The context rows of a request, kept for the host prompt cache.
+class SavedContext final : public DrafterRows {
+ public:
+  SavedContext(const DflashModel& model, int rows) : ctx(model, rows) {}
+  size_t bytes() const override { return ctx.bytes(); }
+  DflashContext ctx;
+};
+}  // namespace
+
+Result<int> DSparkDrafter::BeginWithPrefix(int seq, int from, int rows, const DrafterRows* saved) {
   // The context rows are the target's features: kept where this drafter injected them (rows still
-  // pending when a request ended were dropped with it), never restorable from elsewhere.
-  auto src = from >= 0 ? seqs_.find(from) : seqs_.end();
-  if (src == seqs_.end() || src->second.ctx == nullptr) {
+  // pending when a request ended were dropped with it) or saved with the host prompt cache.
+  const DflashContext* source = nullptr;
+  if (from >= 0) {
+    auto it = seqs_.find(from);
+    if (it != seqs_.end() && it->second.ctx != nullptr) {
+      if (from != seq && it->second.pending_rows > 0) DSPARK_TRY(Flush(it->second));
+      source = it->second.ctx.get();
+    }
+  } else if (const auto* kept = dynamic_cast<const SavedContext*>(saved); kept != nullptr) {
+    source = &kept->ctx;
+  }
+  if (source == nullptr) {
     DSPARK_TRY(Begin(seq));
     return 0;
   }
-  if (from != seq && src->second.pending_rows > 0) DSPARK_TRY(Flush(src->second));
-  SeqState& source = src->second;
-  const int keep = std::min(rows, source.ctx->length());
-  SeqState& st = State(seq);  // a std::map: `source` stays valid
+  const int keep = std::min(rows, source->length());
+  SeqState& st = State(seq);  // a std::map: a source inside it stays valid
   st.pending.clear();
   st.pending_rows = 0;
-  DSPARK_TRY(st.ctx->KeepPrefixOf(*source.ctx, keep));
+  DSPARK_TRY(st.ctx->KeepPrefixOf(*source, keep));
   return keep;
+}
+
+std::unique_ptr<DrafterRows> DSparkDrafter::SaveRows(int seq, int rows) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || it->second.ctx == nullptr) return nullptr;
+  const int keep = std::min(rows, it->second.ctx->length());
+  if (keep <= 0) return nullptr;
+  auto saved = std::make_unique<SavedContext>(*model_, keep);
+  if (!saved->ctx.KeepPrefixOf(*it->second.ctx, keep).ok()) return nullptr;
+  return saved;
 }
 
 void DSparkDrafter::End(int seq) {

@@ -32,7 +32,8 @@ class DSparkDrafter final : public Drafter {
   std::string_view Name() const override { return model_->config().markov_rank > 0 ? "draft-dspark" : "draft-dflash"; }
   DrafterNeeds Needs() const override;
   Status Begin(int seq) override;
-  Result<int> BeginWithPrefix(int seq, int from, int rows) override;
+  Result<int> BeginWithPrefix(int seq, int from, int rows, const DrafterRows* saved) override;
+  std::unique_ptr<DrafterRows> SaveRows(int seq, int rows) override;
   Status ObserveTaps(int seq, const TapRows& rows) override;
   Status Prefill(int seq, std::span<const int32_t> context) override;
   Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override;

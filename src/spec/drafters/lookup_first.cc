@@ -19,11 +19,13 @@ Status LookupFirstDrafter::Begin(int seq) {
   return model_->Begin(seq);
 }
 
-Result<int> LookupFirstDrafter::BeginWithPrefix(int seq, int from, int rows) {
+Result<int> LookupFirstDrafter::BeginWithPrefix(int seq, int from, int rows, const DrafterRows* saved) {
   if (seq < 0) return InvalidArgument("LookupFirstDrafter::BeginWithPrefix: negative sequence {}", seq);
   Sequence(seq) = SequenceLookups{all_.Seed()};
-  return model_->BeginWithPrefix(seq, from, rows);
+  return model_->BeginWithPrefix(seq, from, rows, saved);
 }
+
+std::unique_ptr<DrafterRows> LookupFirstDrafter::SaveRows(int seq, int rows) { return model_->SaveRows(seq, rows); }
 
 void LookupFirstDrafter::End(int seq) {
   if (seq >= 0 && seq < static_cast<int>(sequences_.size())) sequences_[seq].pending.clear();

@@ -28,7 +28,8 @@ class LookupFirstDrafter final : public Drafter {
   std::string_view Name() const override { return name_; }
   DrafterNeeds Needs() const override { return model_->Needs(); }
   Status Begin(int seq) override;
-  Result<int> BeginWithPrefix(int seq, int from, int rows) override;
+  Result<int> BeginWithPrefix(int seq, int from, int rows, const DrafterRows* saved) override;
+  std::unique_ptr<DrafterRows> SaveRows(int seq, int rows) override;
   Status ObserveTaps(int seq, const TapRows& rows) override { return model_->ObserveTaps(seq, rows); }
   Status Prefill(int seq, std::span<const int32_t> context) override { return model_->Prefill(seq, context); }
   Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override;
