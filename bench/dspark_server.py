@@ -26,6 +26,23 @@ START_TIMEOUT_S = 120  # loading the bundled models takes seconds; a cold page c
 BINARY_WAIT_S = 60  # a relink replaces the binary for a moment: wait that long for it to come back
 
 
+def sse_chunks(response):
+    """The JSON chunks of a server-sent-events response in order; None for the final
+    `data: [DONE]`, after which it stops. Blank separators and `: ping` comments are skipped."""
+    while True:
+        line = response.readline()
+        if not line:
+            return
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            yield None
+            return
+        yield json.loads(data)
+
+
 class ServeError(Exception):
     """The server did not come up: the binary is missing, it exited at start-up, or /health stayed silent."""
 

@@ -44,7 +44,7 @@ except ImportError:  # reported when bar 2 runs, so bars 1 and 3 work without it
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from dspark_server import ServeError, ServeProcess  # noqa: E402 -- needs the path above
+from dspark_server import ServeError, ServeProcess, sse_chunks  # noqa: E402 -- needs the path above
 
 TARGET = "models/ref-target.gguf"
 DRAFT = ["--spec-type", "draft-simple", "-md", "models/ref-draft.gguf"]
@@ -134,17 +134,9 @@ def stream(port, path, body, timeout=600):
         if r.status != 200:
             raise BenchError(f"POST {path} answered {r.status}: {r.read()[:2000]!r}\n  body: {json.dumps(body)[:2000]}")
         out = {"text": "", "t_first": None, "chunks": 0, "finish_reason": None, "usage": None, "dspark": None}
-        while True:
-            line = r.readline()
-            if not line:
+        for chunk in sse_chunks(r):
+            if chunk is None:
                 break
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue  # blank separators and ": ping" comments
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                break
-            chunk = json.loads(data)
             now = time.monotonic()
             for c in chunk.get("choices", []):
                 piece = c.get("text")

@@ -40,7 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from dspark_server import ServeError, ServeProcess  # noqa: E402 -- needs the path above
+from dspark_server import ServeError, ServeProcess, sse_chunks  # noqa: E402 -- needs the path above
 
 SERVER_ARGS = ["-m", "models/ref-target.gguf", "--spec-type", "draft-dspark",
                "-md", "models/ref-dspark.gguf", "--parallel", "8"]
@@ -119,18 +119,10 @@ def stream_request(target, path, body, stop_after=None):
             except ValueError:
                 return r.status, {"raw": payload[:500].decode(errors="replace")}
         out = {"texts": {}, "ttft": None, "chunks": 0, "finish": {}, "done": False, "usage": None, "error": None}
-        while True:
-            line = r.readline()
-            if not line:
-                break
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue  # blank separators and ": ping" comments
-            data = line[5:].strip()
-            if data == b"[DONE]":
+        for chunk in sse_chunks(r):
+            if chunk is None:
                 out["done"] = True
                 break
-            chunk = json.loads(data)
             if "error" in chunk:
                 out["error"] = chunk["error"]
             out["chunks"] += 1
