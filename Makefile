@@ -60,7 +60,7 @@ BENCH_MODELS := $(addprefix $(Q8)/,ref-target-1.7b-Q4_K_M.gguf ref-target-1.7b-Q
 # build time.
 BENCH_MODELS_MOE := $(Q8)/ref-target-moe-Q4_K_M.gguf
 
-.PHONY: all deps configure build drafters run test bench bench-models bench-models-moe tsan fuzz soak clean
+.PHONY: all deps configure build drafters run test test-asan bench bench-models bench-models-moe tsan fuzz soak clean
 
 all: build
 
@@ -151,6 +151,18 @@ soak: build
 fuzz: deps
 	@scripts/fuzz.sh
 
+# Every test of `make test` on an AddressSanitizer + UndefinedBehaviorSanitizer build of everything
+# (build-asan/, gcc, the run-time dispatched kernels included): an out-of-bounds access, a leak or
+# undefined behaviour fails the test that caused it. -O1 keeps the build and the run short.
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$(CURDIR)/tests/fuzz/ubsan.supp
+test-asan: deps
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+	    -DDSPARK_SANITIZE=address,undefined >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	@cd build-asan && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS)
+
 # ThreadSanitizer build of the concurrent parts (HTTP server, continuous batching, thread pool):
 # their tests must run without a race report. Not part of `make test` (a separate, slow build).
 tsan: deps
@@ -159,4 +171,4 @@ tsan: deps
 	@for t in server_test spec_test lossless_test; do TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/$$t || exit 1; done
 
 clean:
-	@rm -rf $(BUILD_DIR) build-tsan build-fuzz
+	@rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz

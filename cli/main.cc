@@ -1,5 +1,6 @@
 // `dspark`: thin front end over the library. Parses flags, calls the library, prints.
 #include <cstdio>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,18 @@ int main(int argc, char** argv) {
   }
   if (!cpu_target.empty())
     if (const dspark::Status st = dspark::kernels::RestrictCpuTarget(cpu_target); !st.ok()) return Fail(st);
-  for (auto& [sub, run] : commands)
-    if (sub->parsed()) return run();
+  // Memory is the one resource a command cannot check up front: the weights, the KV cache
+  // (-c tokens x --parallel slots) and the host prompt cache all come from it. A request that finds
+  // none at serving time fails alone (503); here, at start-up, the command ends with what to change.
+  try {
+    for (auto& [sub, run] : commands)
+      if (sub->parsed()) return run();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "dspark: out of memory: the model's weights and its KV cache (-c tokens x --parallel slots) "
+                 "must fit in this machine's memory; lower -c or --parallel, use --cache-type q8_0, or "
+                 "choose a smaller quantisation\n");
+    return 1;
+  }
   return 1;
 }

@@ -3,12 +3,40 @@
 # replays its committed corpus and fuzzes for FUZZ_SECONDS (default 30). New inputs go to
 # build-fuzz/work/TARGET, findings to build-fuzz/work/TARGET-crash-* (or -timeout-, -oom-).
 # Exits non-zero on any finding. FUZZ_TIMEOUT: seconds an input may take (default 1).
-#   scripts/fuzz.sh                  # every target
-#   FUZZ_SECONDS=3600 scripts/fuzz.sh gguf   # one target, an hour
+# FUZZ_FORK=N runs N fuzzing processes per target (libFuzzer's -fork; timeouts, OOMs and leaks
+# still stop the run). Every run appends a line to build-fuzz/ledger.tsv, so a long campaign can
+# be split into runs that resume from the grown corpus; `scripts/fuzz.sh --ledger` sums them.
+#   scripts/fuzz.sh                                        # every target, 30 s each
+#   FUZZ_SECONDS=3600 FUZZ_FORK=2 scripts/fuzz.sh gguf     # one target, an hour on 2 cores
+#   scripts/fuzz.sh --ledger                               # executions and CPU hours per target
+#   scripts/fuzz.sh --campaign [TARGET...]                 # fuzz each target in FUZZ_SECONDS (600)
+#        chunks on FUZZ_FORK (2) processes until the ledger shows 10 M executions or 2 CPU hours
+#        for it (the bar in tests/fuzz/README.md); rerun it to resume after an interruption
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECS=${FUZZ_SECONDS:-30}
+LEDGER=build-fuzz/ledger.tsv
+
+if [ "${1:-}" = "--ledger" ]; then
+  [ -f "$LEDGER" ] || { echo "no fuzzing runs recorded in $LEDGER"; exit 0; }
+  awk -F'\t' 'NR > 1 { runs[$3] += $7; cs[$3] += $6; n[$3]++; if ($8 != "ok") bad[$3]++ }
+    END { printf "%-10s %6s %14s %12s %9s\n", "target", "runs", "executions", "CPU hours", "findings"
+          for (t in runs) printf "%-10s %6d %14d %12.2f %9d\n", t, n[t], runs[t], cs[t] / 3600, bad[t] }' "$LEDGER"
+  exit 0
+fi
+
+CAMPAIGN=0
+if [ "${1:-}" = "--campaign" ]; then
+  CAMPAIGN=1
+  shift
+fi
+if [ "$CAMPAIGN" = 1 ]; then
+  SECS=${FUZZ_SECONDS:-600}
+  FUZZ_FORK=${FUZZ_FORK:-2}
+else
+  SECS=${FUZZ_SECONDS:-30}
+fi
 TIMEOUT=${FUZZ_TIMEOUT:-1}
+FORK=${FUZZ_FORK:-0}
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=(gguf tokenizer request jinja grammar)
 JOBS=${JOBS:-$(nproc)}
@@ -23,8 +51,10 @@ cmake --build build-fuzz -j "$JOBS" --target $(printf '%s_fuzz ' "${TARGETS[@]}"
 
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$PWD/tests/fuzz/ubsan.supp"
 export ASAN_OPTIONS="detect_leaks=1"
-status=0
-for t in "${TARGETS[@]}"; do
+[ -f "$LEDGER" ] || printf 'date\tcommit\ttarget\tseconds\tprocesses\tcpu_seconds\texecutions\tresult\n' >"$LEDGER"
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+fuzz_target() {  # TARGET: one run of SECS seconds; appends to the ledger; 1 on a finding
+  local t=$1 work seeds d log mode procs start result elapsed runs cpu
   work=build-fuzz/work/$t
   mkdir -p "$work"
   seeds=()
@@ -32,14 +62,55 @@ for t in "${TARGETS[@]}"; do
     [ -d "$d" ] && seeds+=("$d")
   done
   log=build-fuzz/work/$t.log
-  if build-fuzz/fuzz/${t}_fuzz -max_total_time="$SECS" -timeout="$TIMEOUT" -rss_limit_mb=2048 \
-       -dict=tests/fuzz/$t.dict -artifact_prefix="$work-" -print_final_stats=1 "$work" "${seeds[@]}" >"$log" 2>&1; then
+  mode=(-print_final_stats=1)
+  procs=1
+  if [ "$FORK" -gt 0 ]; then
+    mode=(-fork="$FORK" -ignore_crashes=0 -ignore_timeouts=0 -ignore_ooms=0)
+    procs=$FORK
+  fi
+  start=$(date +%s)
+  # CPU seconds of the fuzzer and its forked jobs: what the bar counts, whatever else ran meanwhile.
+  local TIMEFORMAT='%U %S' times
+  if { time build-fuzz/fuzz/${t}_fuzz -max_total_time="$SECS" -timeout="$TIMEOUT" -rss_limit_mb=2048 "${mode[@]}" \
+       -dict=tests/fuzz/$t.dict -artifact_prefix="$work-" "$work" "${seeds[@]}" >"$log" 2>&1; } 2>"$log.cpu"; then
+    result=ok
+  else
+    result=finding
+  fi
+  elapsed=$(( $(date +%s) - start ))
+  cpu=$(awk '{printf "%d", $1 + $2}' "$log.cpu")
+  if [ "$FORK" -gt 0 ]; then  # the fork parent's status lines carry the total over its jobs
+    runs=$(grep -E '^#[0-9]+:' "$log" | tail -n 1 | sed -E 's/^#([0-9]+):.*/\1/')
+  else
     runs=$(grep -m1 '^stat::number_of_executed_units' "$log" | awk '{print $2}')
-    echo "fuzz $t: ${runs:-?} inputs in ${SECS} s, no finding"
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$commit" "$t" "$elapsed" "$procs" "$cpu" "${runs:-0}" "$result" >>"$LEDGER"
+  if [ "$result" = ok ]; then
+    echo "fuzz $t: ${runs:-?} inputs in ${elapsed} s on $procs process(es) (${cpu} CPU seconds), no finding"
   else
     echo "fuzz $t: FINDING (log: $log)"
-    grep -E 'ERROR|violated|runtime error|SUMMARY|Test unit written' "$log" | head -8
-    status=1
+    grep -E 'ERROR|violated|runtime error|SUMMARY|Test unit written|INFO: log from the inner' "$log" | head -8
   fi
+  [ "$result" = ok ]
+}
+
+# Executions and core-seconds the ledger holds for TARGET.
+ledger_totals() {
+  awk -F'\t' -v t="$1" 'NR > 1 && $3 == t { e += $7; c += $6 } END { printf "%d %d\n", e, c }' "$LEDGER"
+}
+
+status=0
+if [ "$CAMPAIGN" = 1 ]; then
+  for t in "${TARGETS[@]}"; do
+    while read -r execs core_s < <(ledger_totals "$t"); [ "$execs" -lt 10000000 ] && [ "$core_s" -lt 7200 ]; do
+      echo "campaign $t: $execs executions, $core_s core-seconds so far"
+      fuzz_target "$t" || exit 1
+    done
+    echo "campaign $t: done ($(ledger_totals "$t" | awk '{print $1 " executions, " $2 " CPU seconds"}'))"
+  done
+  exit 0
+fi
+for t in "${TARGETS[@]}"; do
+  fuzz_target "$t" || status=1
 done
 exit $status

@@ -98,6 +98,13 @@ class File {
   uint64_t file_size() const { return size_; }
   uint64_t data_offset() const { return data_offset_; }
 
+  // DataLoss when the file on disk is no longer the one opened: rewritten in place (its size or
+  // modification time differ from the open's) or cut short. A model reads its weights from the
+  // mapping while it loads, so a file that a copy or download is still writing would load mixed or
+  // missing bytes; the loader checks this once it has read them. (A file replaced by rename is
+  // not a change here: the mapping keeps the opened one, and it stays the file this reads.)
+  Status CheckUnchanged() const;
+
   // Drops this process's mapping of the whole pages inside [p, p + n) (a range of the file's data,
   // e.g. a tensor whose packed copy replaced it), so they stop counting towards its memory. The
   // mapping stays valid: a later read maps the pages again from the file. No-op outside the file.
@@ -134,6 +141,7 @@ class File {
   int fd_ = -1;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
+  int64_t mtime_ns_ = 0;  // at open
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;

@@ -155,6 +155,7 @@ Result<std::unique_ptr<File>> File::Open(const std::string& path) {
   if (::fstat(f->fd_, &st) != 0) return Internal("gguf: cannot stat '{}': {}", path, std::strerror(errno));
   if (S_ISDIR(st.st_mode)) return InvalidArgument("gguf: '{}' is a directory, not a GGUF file", path);
   f->size_ = static_cast<uint64_t>(st.st_size);
+  f->mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (f->size_ > 0) {
     void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_SHARED, f->fd_, 0);
     if (p == MAP_FAILED) return Internal("gguf: cannot map '{}': {}", path, std::strerror(errno));
@@ -162,6 +163,19 @@ Result<std::unique_ptr<File>> File::Open(const std::string& path) {
   }
   DSPARK_TRY(f->Parse());
   return f;
+}
+
+Status File::CheckUnchanged() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return Internal("gguf: cannot stat '{}': {}", path_, std::strerror(errno));
+  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size != size_ || mtime_ns != mtime_ns_)
+    return DataLoss("gguf: '{}' changed on disk while it was loading ({} bytes when opened, {} now{}); the model "
+                    "read from it is not trustworthy. Load it again once whatever writes it has finished, and "
+                    "replace a model a server is using by renaming a complete file over it, not by writing into it",
+                    path_, size_, size, size < size_ ? ": cut short" : size == size_ ? ", rewritten" : "");
+  return Status::Ok();
 }
 
 void File::ReleasePages(const void* p, uint64_t n) const {
@@ -203,9 +217,11 @@ Status File::Parse() {
   DSPARK_TRY(c.Read(&n_kv, "metadata count"));
   // Each metadata entry takes at least 12 bytes and each tensor record at least 24.
   if (n_kv > c.remaining() / 12)
-    return DataLoss("gguf: {}: header claims {} metadata entries, more than the file can hold", path_, n_kv);
+    return DataLoss("gguf: {}: header claims {} metadata entries, more than its {} bytes can hold; the file may be "
+                    "truncated or corrupt", path_, n_kv, size_);
   if (n_tensors > c.remaining() / 24)
-    return DataLoss("gguf: {}: header claims {} tensors, more than the file can hold", path_, n_tensors);
+    return DataLoss("gguf: {}: header claims {} tensors, more than its {} bytes can hold; the file may be "
+                    "truncated or corrupt", path_, n_tensors, size_);
 
   kv_.reserve(n_kv);
   for (uint64_t k = 0; k < n_kv; ++k) {

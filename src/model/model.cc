@@ -95,6 +95,7 @@ Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File>
         m->file_->ReleasePages(v.data, static_cast<uint64_t>(RowBytes(v.type, v.cols)) * v.rows);
   }
   m->rope_ = std::make_unique<Rope>(m->config_.rope);
+  DSPARK_TRY(m->file_->CheckUnchanged());
   return m;
 }
 

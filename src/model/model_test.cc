@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "kernels/ops.h"
 #include "gguf/gguf.h"
@@ -329,6 +331,59 @@ TEST(Quantize, EveryTargetWritesLlamaCppFallbacksThatHoldTheWeights) {
   }
   EXPECT_EQ(QuantizeTypeForRows(DType::kQ4_K, 512), DType::kQ4_K);
   EXPECT_EQ(QuantizeTypeForRows(DType::kQ4_K, 48), DType::kF16);
+}
+
+}  // namespace
+}  // namespace dspark
+
+namespace dspark {
+namespace {
+
+// A model file cut short (an interrupted download or copy) or changed while it loads (a copy still
+// being written) is a clear error at load naming the file, never a crash or a model made of mixed
+// bytes.
+TEST(ModelFile, CutShortOrChangedWhileLoadingIsAClearError) {
+  const std::string path = testing::WriteTiny(testing::TinySpec("qwen3", DType::kF32), "changed");
+  const auto size = std::filesystem::file_size(path);
+  const std::string copy = path + ".cut";
+  for (const uintmax_t keep : {size / 2, size - 1, uintmax_t{64}}) {
+    std::filesystem::copy_file(path, copy, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::resize_file(copy, keep);
+    auto m = Model::Load(copy);
+    ASSERT_FALSE(m.ok()) << keep;
+    EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << m.status().message();
+    EXPECT_NE(m.status().message().find(copy), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find("truncated"), std::string::npos) << m.status().message();
+  }
+
+  // Grown or rewritten between the open and the end of the load.
+  for (const bool grow : {true, false}) {
+    std::filesystem::copy_file(path, copy, std::filesystem::copy_options::overwrite_existing);
+    auto file = gguf::File::Open(copy);
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    if (grow) {
+      std::ofstream(copy, std::ios::binary | std::ios::app) << "more bytes of a copy still running";
+    } else {
+      const auto later = std::filesystem::last_write_time(copy) + std::chrono::seconds(1);
+      std::filesystem::last_write_time(copy, later);  // rewritten in place, same size
+    }
+    auto m = Model::FromFile(std::shared_ptr<const gguf::File>(std::move(*file)));
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << m.status().message();
+    EXPECT_NE(m.status().message().find("changed on disk while it was loading"), std::string::npos)
+        << m.status().message();
+    EXPECT_NE(m.status().message().find(grow ? "bytes when opened" : "rewritten"), std::string::npos)
+        << m.status().message();
+  }
+  // Replacing the file by a rename does not touch the open one: the load goes through.
+  std::filesystem::copy_file(path, copy, std::filesystem::copy_options::overwrite_existing);
+  auto file = gguf::File::Open(copy);
+  ASSERT_TRUE(file.ok());
+  std::filesystem::copy_file(path, copy + ".new", std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(copy + ".new", std::ios::binary | std::ios::app) << "another model";
+  std::filesystem::rename(copy + ".new", copy);
+  EXPECT_TRUE(Model::FromFile(std::shared_ptr<const gguf::File>(std::move(*file))).ok());
+  std::filesystem::remove(copy);
 }
 
 }  // namespace

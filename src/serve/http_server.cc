@@ -172,6 +172,15 @@ struct HttpServer::Impl {
     e.message = std::move(message);
     return e;
   }
+  // A request the engine found no memory for (BatchEngine: stop_reason "out_of_memory").
+  static ApiError OutOfMemory(std::string message) {
+    ApiError e;
+    e.http_status = 503;
+    e.type = "server_error";
+    e.code = "out_of_memory";
+    e.message = std::move(message);
+    return e;
+  }
   std::string NextId(Endpoint endpoint) {
     return fmt::format("{}-{}{}", endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl", id_prefix,
                        next_response.fetch_add(1));
@@ -347,6 +356,9 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
     o.finish_reason = FinishReason((*choices)[0].result.stop_reason);
     const bool cancelled = std::any_of(choices->begin(), choices->end(),
                                        [](const Choice& c) { return c.result.stop_reason == "cancelled"; });
+    const auto out_of_memory = std::find_if(choices->begin(), choices->end(), [](const Choice& c) {
+      return c.result.stop_reason == "out_of_memory";
+    });
     if (client_gone) {
       // Nobody reads the answer (a client that only half-closed does). The body must not be
       // empty: the error handler would record an empty 4xx response a second time.
@@ -356,6 +368,11 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
       e.message = "the client closed the connection; the generation was cancelled";
       SendError(res, e);
       o.http_status = 499;
+    } else if (out_of_memory != choices->end()) {
+      // Nothing was lost that was promised: the server runs on, and the retry may find memory.
+      res.set_header("Retry-After", "5");
+      SendError(res, OutOfMemory(out_of_memory->result.error));
+      o.http_status = 503;
     } else if (cancelled && draining.load()) {
       res.set_header("Retry-After", "5");
       SendError(res, ShuttingDown("the server shut down before the generation finished (--shutdown-timeout); "
@@ -453,8 +470,11 @@ void HttpServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Resp
             data += SseEvent(last);
           }
           const bool cut = std::any_of(cs.begin(), cs.end(), [](const Choice& c) { return c.finish_reason == "cancelled"; });
-          if (cut && draining.load()) {
-            // OpenAI's clients raise an error on an event carrying one: the text is incomplete.
+          // OpenAI's clients raise an error on an event carrying one: the text is incomplete.
+          const auto oom = std::find_if(cs.begin(), cs.end(), [](const Choice& c) { return c.finish_reason == "out_of_memory"; });
+          if (oom != cs.end()) {
+            data += SseEvent(OutOfMemory(oom->result.error).ToJson());
+          } else if (cut && draining.load()) {
             data += SseEvent(ShuttingDown("the server shut down before the generation finished (--shutdown-timeout)")
                                  .ToJson());
           }

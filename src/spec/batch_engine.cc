@@ -2,15 +2,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <numeric>
 
 #include "spec/verifier.h"
+#include "util/fault_injection.h"
 #include "util/log.h"
 
 namespace dspark {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+constexpr const char* kOutOfMemoryMessage = "the server ran out of memory for this request; retry later";
 double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // What a grammar-constrained request needs of the vocabulary: each token's bytes (control tokens'
@@ -255,23 +258,43 @@ void BatchEngine::Admit() {
     std::unique_ptr<Sequence> s = std::move(queue_.front());
     queue_.pop_front();
     s->slot = slot;
-    s->context = s->prompt;
-    s->rng = Rng(s->options.sampling.seed);
-    s->draft_rng = Rng(s->options.sampling.seed ^ 0x5eedd12af7ull);
-    // The generated text continues the prompt: its first piece keeps a SentencePiece space prefix.
-    s->detok = std::make_unique<StreamingDetokenizer>(tokenizer_, false, /*text_start=*/false);
-    s->stops = std::make_unique<StopStringMatcher>(s->options.stop);
-    if (planner_ != nullptr) planner_->Begin(slot);
-    s->result.stats.prompt_tokens = static_cast<int64_t>(s->prompt.size());
-    s->use_drafter = drafter_ != nullptr && s->options.speculate;
-    if (s->options.grammar != nullptr) {
-      Masker();
-      s->grammar = s->options.grammar->Start();
+    try {
+      Start(*s, slot);
+    } catch (const std::bad_alloc&) {
+      // This request alone fails; the slot starts clean for the next one.
+      DSPARK_LOG_WARN("engine: request {}: out of memory while admitting it; it fails", s->id);
+      if (s->use_drafter) drafter_->End(slot);
+      cache_.Clear(slot);
+      retained_[slot].clear();
+      drafter_rows_valid_[slot] = 0;
+      s->result.stop_reason = "out_of_memory";
+      s->result.error = kOutOfMemoryMessage;
+      if (s->on_done) s->on_done(std::move(s->result));
+      continue;
     }
-    StartFromCache(*s, slot);
     slots_[slot] = std::move(s);
     running_.fetch_add(1);
   }
+}
+
+// A request's state for its slot: its context, samplers, detokenizer, grammar, and the cached rows
+// it starts from.
+void BatchEngine::Start(Sequence& s, int slot) {
+  MaybeInjectAllocationFailure(FaultPoint::kAdmission);
+  s.context = s.prompt;
+  s.rng = Rng(s.options.sampling.seed);
+  s.draft_rng = Rng(s.options.sampling.seed ^ 0x5eedd12af7ull);
+  // The generated text continues the prompt: its first piece keeps a SentencePiece space prefix.
+  s.detok = std::make_unique<StreamingDetokenizer>(tokenizer_, false, /*text_start=*/false);
+  s.stops = std::make_unique<StopStringMatcher>(s.options.stop);
+  if (planner_ != nullptr) planner_->Begin(slot);
+  s.result.stats.prompt_tokens = static_cast<int64_t>(s.prompt.size());
+  s.use_drafter = drafter_ != nullptr && s.options.speculate;
+  if (s.options.grammar != nullptr) {
+    Masker();
+    s.grammar = s.options.grammar->Start();
+  }
+  StartFromCache(s, slot);
 }
 
 bool BatchEngine::WaitsForSharedPrefill(const std::vector<int32_t>& prompt) const {
@@ -311,11 +334,18 @@ void BatchEngine::StartFromCache(Sequence& s, int slot) {
     }
     // Rows of this slot the new request does not share would be lost: the host store keeps them
     // (before it is searched, so that the entry found cannot be evicted by this save).
+    // The cache only saves work: rows it finds no memory for are dropped, and the request goes on.
     if (retained_[slot].size() >= own + kMinCopyRows) {
-      std::unique_ptr<DrafterRows> drafter_rows =
-          drafter_ != nullptr && drafter_rows_valid_[slot] ? drafter_->SaveRows(slot, static_cast<int>(retained_[slot].size()))
-                                                           : nullptr;
-      Status st = store_.Save(retained_[slot], cache_, slot, std::move(drafter_rows));
+      Status st = Status::Ok();
+      try {
+        std::unique_ptr<DrafterRows> drafter_rows =
+            drafter_ != nullptr && drafter_rows_valid_[slot]
+                ? drafter_->SaveRows(slot, static_cast<int>(retained_[slot].size()))
+                : nullptr;
+        st = store_.Save(retained_[slot], cache_, slot, std::move(drafter_rows));
+      } catch (const std::bad_alloc&) {
+        st = Status(StatusCode::kResourceExhausted, "out of memory");
+      }
       if (!st.ok()) DSPARK_LOG_WARN("prompt cache: keeping slot {}'s rows failed: {}", slot, st.message());
     }
     const PromptStore::Match m = store_.capacity() > 0 ? store_.Find(s.prompt) : PromptStore::Match{};
@@ -474,7 +504,8 @@ bool BatchEngine::Emit(Sequence& s, int32_t id, TokenSource source, const float*
 
 void BatchEngine::Finish(Sequence& s, std::string reason) {
   if (s.stop_reason.empty()) s.stop_reason = std::move(reason);
-  if (s.stop_reason != "stop" && s.stop_reason != "cancelled" && s.detok) {
+  const bool out_of_memory = s.stop_reason == "out_of_memory";
+  if (s.stop_reason != "stop" && s.stop_reason != "cancelled" && !out_of_memory && s.detok) {
     std::string tail = s.stops->Push(s.detok->Flush());
     tail += s.stops->Flush();
     s.result.text += tail;
@@ -486,14 +517,17 @@ void BatchEngine::Finish(Sequence& s, std::string reason) {
   st.other_ms = std::max(0.0, st.decode_ms - st.draft_ms - st.verify_ms - st.sample_ms);
   s.result.stop_reason = s.stop_reason;
   cumulative_.Merge(st);
-  // The slot keeps its rows for a later request with the same prefix (the prompt cache).
-  if (options_.prompt_cache) {
+  // The slot keeps its rows for a later request with the same prefix (the prompt cache), unless a
+  // failed step may have left them half-written.
+  if (options_.prompt_cache && !out_of_memory) {
     const size_t n = std::min(s.context.size(), static_cast<size_t>(cache_.Length(s.slot)));
     retained_[s.slot].assign(s.context.begin(), s.context.begin() + n);
     drafter_rows_valid_[s.slot] = s.use_drafter;
     slot_used_[s.slot] = ++clock_;
   } else {
     cache_.Clear(s.slot);
+    retained_[s.slot].clear();
+    drafter_rows_valid_[s.slot] = 0;
   }
   std::unique_ptr<Sequence> owned = std::move(slots_[s.slot]);
   running_.fetch_sub(1);
@@ -510,9 +544,28 @@ Status BatchEngine::RunUntilIdle() {
 // One step: cancellations, admission, then the phases of one target pass. Each phase is a
 // function of its own; `Pass` carries what the forward pass produced to the commit phases.
 Result<bool> BatchEngine::Step() {
-  const auto step_start = Clock::now();
   ApplyCancellations();
   Admit();
+  try {
+    MaybeInjectAllocationFailure(FaultPoint::kPass);
+    return RunStep();
+  } catch (const std::bad_alloc&) {
+    // The step's state is half-made: every request in a slot fails, and their rows are dropped.
+    // Queued requests and the server go on.
+    int failed = 0;
+    for (auto& slot : slots_) {
+      if (!slot) continue;
+      slot->result.error = kOutOfMemoryMessage;
+      Finish(*slot, "out_of_memory");
+      ++failed;
+    }
+    DSPARK_LOG_WARN("engine: out of memory during a step; {} running request(s) fail", failed);
+    return true;
+  }
+}
+
+Result<bool> BatchEngine::RunStep() {
+  const auto step_start = Clock::now();
   std::vector<Sequence*> decoding, prefilling;
   for (auto& slot : slots_) {
     if (!slot) continue;

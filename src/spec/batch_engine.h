@@ -54,8 +54,10 @@ enum class TokenSource { kTarget, kDraft };  // sampled by the target vs an acce
 struct GenerateResult {
   std::string text;
   std::vector<int32_t> ids;  // generated ids (prompt excluded)
-  std::string stop_reason;   // "eos", "stop", "length", "context", "cancelled", "error"
-  std::string error;         // set when stop_reason == "error"
+  // "eos", "stop", "length", "context", "cancelled", "error", "out_of_memory" (no memory for the
+  // request: at admission it alone fails; during a step every request then running does)
+  std::string stop_reason;
+  std::string error;  // set when stop_reason is "error" or "out_of_memory"
   SpecStats stats;
   std::vector<TokenLogprob> logprobs;  // per generated id, when GenerateOptions::logprobs >= 0
 };
@@ -103,7 +105,8 @@ class BatchEngine {
   void Cancel(int64_t request_id);
 
   // Runs one step: admits queued requests into free slots, drafts, one target pass, verifies,
-  // commits. Returns false when there was nothing to do. Engine thread only.
+  // commits. Returns false when there was nothing to do. Engine thread only. Out of memory
+  // (std::bad_alloc) never leaves it: the requests it hit end with stop_reason "out_of_memory".
   Result<bool> Step();
   // Steps until every submitted request has finished. Engine thread only.
   Status RunUntilIdle();
@@ -127,8 +130,12 @@ class BatchEngine {
   };
   void ApplyCancellations();
   void Admit();
+  // Sets up `s` for free slot `slot` (may throw std::bad_alloc; Admit fails the request alone).
+  void Start(Sequence& s, int slot);
   // Starts `s` on free slot `slot`, reusing the longest cached prefix of its prompt.
   void StartFromCache(Sequence& s, int slot);
+  // The phases of a step after admission (may throw std::bad_alloc; Step fails the running requests).
+  Result<bool> RunStep();
   bool WaitsForSharedPrefill(const std::vector<int32_t>& prompt) const;
   // Copying rows from elsewhere pays only for a real gain over what the slot holds itself.
   static constexpr size_t kMinCopyRows = 16;

@@ -1,6 +1,9 @@
 #include "spec/prompt_cache.h"
 
 #include <algorithm>
+#include <new>
+
+#include "util/fault_injection.h"
 
 namespace dspark {
 
@@ -29,7 +32,23 @@ Status PromptStore::Save(std::span<const int32_t> tokens, const KvCache& from, i
   }
   const int n = static_cast<int>(tokens.size());
   // The bytes an entry takes are known once its cache exists (whole pages): size it, then evict.
-  auto kv = std::make_unique<KvCache>(config_, 1, n, kv_type_);
+  // Without memory for it, the least recently used entries go until it fits; with none left, the
+  // rows are not kept. The cache only saves work, so no request fails for it.
+  std::unique_ptr<KvCache> kv;
+  for (;;) {
+    try {
+      MaybeInjectAllocationFailure(FaultPoint::kPromptCacheSave);
+      kv = std::make_unique<KvCache>(config_, 1, n, kv_type_);
+      break;
+    } catch (const std::bad_alloc&) {
+      ++allocation_failures_;
+      if (entries_.empty())
+        return Status(StatusCode::kResourceExhausted,
+                      fmt::format("prompt cache: no memory for {} rows in host memory; they are not kept", n));
+      used_ -= entries_.back().bytes();
+      entries_.pop_back();
+    }
+  }
   DSPARK_TRY(kv->CopyPrefixFrom(from, seq, 0, n));
   Entry entry{std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(kv), std::move(drafter)};
   const size_t bytes = entry.bytes();

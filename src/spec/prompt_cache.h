@@ -39,7 +39,8 @@ class PromptStore {
 
   // Keeps the first tokens.size() rows of `seq` of `from` unless an entry already holds them (an
   // entry they extend is replaced). Evicts least recently used entries to fit; an entry larger
-  // than the whole capacity is not kept.
+  // than the whole capacity is not kept. Without memory for the copy, entries are evicted until it
+  // fits; ResourceExhausted when none is left (the rows are then not kept).
   // `drafter` is the drafter's state for the rows (Drafter::SaveRows), kept with them.
   Status Save(std::span<const int32_t> tokens, const KvCache& from, int seq, std::unique_ptr<DrafterRows> drafter);
   // The entry sharing the longest prefix with `prompt` (marked as used), or none.
@@ -48,12 +49,15 @@ class PromptStore {
   size_t bytes() const { return used_; }
   size_t entries() const { return entries_.size(); }
   size_t capacity() const { return capacity_; }
+  // Saves that found no memory (each evicted an entry, or dropped the rows when none was left).
+  size_t allocation_failures() const { return allocation_failures_; }
 
  private:
   ModelConfig config_;
   DType kv_type_;
   size_t capacity_;
   size_t used_ = 0;
+  size_t allocation_failures_ = 0;
   std::list<Entry> entries_;  // most recently used first
 };
 

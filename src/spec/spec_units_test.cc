@@ -10,8 +10,10 @@
 #include "spec/drafters/ngram.h"
 #include "spec/planner.h"
 #include "spec/prob_calibration.h"
+#include "spec/prompt_cache.h"
 #include "spec/scheduler.h"
 #include "spec/stats.h"
+#include "util/fault_injection.h"
 
 namespace dspark {
 namespace {
@@ -502,4 +504,36 @@ TEST(Scheduler, CostModelLearnsFromMeasuredPasses) {
 }
 
 }  // namespace
+TEST(PromptStore, WithoutMemoryEvictsTheOldestEntriesThenKeepsNothingAndNeverThrows) {
+  ModelConfig c;
+  c.n_layer = 1;
+  c.n_head = c.n_head_kv = 1;
+  c.head_dim = c.head_dim_v = 64;
+  KvCache slot(c, 1, 64);
+  slot.Advance(0, 40);
+  PromptStore store(c, DType::kF16, size_t{1} << 30);
+  const std::vector<int32_t> a(20, 1), b(20, 2), d(20, 3);
+  ASSERT_TRUE(store.Save(a, slot, 0, nullptr).ok());
+  ASSERT_TRUE(store.Save(b, slot, 0, nullptr).ok());
+  // The first try finds no memory: the least recently used entry (a) goes, the second try fits.
+  ArmFault(FaultPoint::kPromptCacheSave, 1);
+  ASSERT_TRUE(store.Save(d, slot, 0, nullptr).ok());
+  EXPECT_EQ(store.allocation_failures(), 1u);
+  EXPECT_EQ(store.entries(), 2u);
+  EXPECT_EQ(store.Find(a).rows, 0u);
+  EXPECT_EQ(store.Find(b).rows, 20u);
+  EXPECT_EQ(store.Find(d).rows, 20u);
+  // No memory at all: everything goes, the rows are not kept, and the caller hears why.
+  ArmFault(FaultPoint::kPromptCacheSave, 100);
+  const Status st = store.Save(a, slot, 0, nullptr);
+  DisarmFaults();
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.message();
+  EXPECT_NE(st.message().find("no memory"), std::string::npos) << st.message();
+  EXPECT_EQ(store.entries(), 0u);
+  EXPECT_EQ(store.bytes(), 0u);
+  EXPECT_EQ(store.allocation_failures(), 4u);
+  ASSERT_TRUE(store.Save(a, slot, 0, nullptr).ok());
+  EXPECT_EQ(store.Find(a).rows, 20u);
+}
+
 }  // namespace dspark

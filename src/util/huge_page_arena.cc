@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "util/status.h"
@@ -44,6 +45,7 @@ HugePageArena::~HugePageArena() {
 }
 
 void HugePageArena::AddRegion(size_t min_bytes) {
+  regions_.reserve(regions_.size() + 1);  // a throw below leaves no mapping unrecorded
   Region r;
   const size_t usable = RoundUp(std::max(min_bytes, kRegionBytes), kHugePage);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
@@ -64,7 +66,7 @@ void HugePageArena::AddRegion(size_t min_bytes) {
     huge_pages_ = false;
     r.mapping_bytes = usable;
     r.mapping = std::aligned_alloc(kHugePage, usable);
-    DSPARK_CHECK_MSG(r.mapping != nullptr, "HugePageArena: out of memory");
+    if (r.mapping == nullptr) throw std::bad_alloc();
     std::memset(r.mapping, 0, usable);  // as an anonymous mapping would be
     r.begin = static_cast<char*>(r.mapping);
     r.end = r.begin + usable;

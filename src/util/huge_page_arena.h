@@ -28,8 +28,9 @@ class HugePageArena {
   HugePageArena(const HugePageArena&) = delete;
   HugePageArena& operator=(const HugePageArena&) = delete;
 
-  // n zero-filled bytes aligned to `align` (a power of two up to kHugePage); never null (aborts
-  // when out of memory, as operator new would).
+  // n zero-filled bytes aligned to `align` (a power of two up to kHugePage); never null (throws
+  // std::bad_alloc when out of memory, as operator new does, so that a request that cannot get
+  // memory fails alone: BatchEngine).
   void* Allocate(size_t n, size_t align = 64);
 
   // Bytes handed out, and bytes reserved (regions, including their untouched tails).

@@ -174,4 +174,13 @@ TEST_F(Cli, BadPromptArgumentsAreClearErrors) {
   EXPECT_NE(missing.err.find("cannot read prompt file"), std::string::npos) << missing.err;
 }
 
+TEST_F(Cli, AKvCacheBeyondTheMachinesMemoryIsAClearErrorAtStart) {
+  // 2e9 tokens x 64 slots of this model's keys and values: more bytes than an x86-64 process can
+  // even address, so no kernel setting lets the allocation through.
+  const CliRun r = Dspark("serve --port 0 --parallel 64 -m " + Model() + " -c 2000000000");
+  EXPECT_EQ(r.exit_code, 1) << r.err;  // an exit, not a signal (-1)
+  EXPECT_NE(r.err.find("out of memory"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("lower -c or --parallel"), std::string::npos) << r.err;
+}
+
 }  // namespace

@@ -117,6 +117,7 @@ std::unique_ptr<TestServer> StartTestServer(const TestServerConfig& config) {
   bo.n_ctx = config.n_ctx;
   bo.prefill_chunk = 64;
   bo.schedule.n_max = 6;
+  bo.cache_ram_bytes = config.cache_ram_bytes;
   s->engine = std::make_unique<BatchEngine>(*s->model, *s->tokenizer, *s->pool, bo, s->drafter.get());
 
   ServerOptions so;

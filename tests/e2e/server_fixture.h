@@ -37,6 +37,7 @@ struct TestServerConfig {
   int max_queue = 16;
   int n_ctx = 512;
   size_t max_body_bytes = 1 << 20;
+  size_t cache_ram_bytes = 0;  // the host prompt cache (0: slots only)
 };
 
 struct TestServer {

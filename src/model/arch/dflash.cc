@@ -212,6 +212,9 @@ Result<std::unique_ptr<DflashModel>> DflashModel::FromFile(std::shared_ptr<const
   const bool own_output = f.FindTensor("output.weight") != nullptr;
   const bool own_head = !own_output && m->ReencodeSharedHead();
   if (options.repack) m->Pack(own_output || own_head);
+  // Both files were read to build this drafter (the target's for the shared head).
+  DSPARK_TRY(f.CheckUnchanged());
+  DSPARK_TRY(target.file().CheckUnchanged());
   return m;
 }
 
