@@ -56,15 +56,6 @@ double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>
 
 const char* SourceName(TokenSource s) { return s == TokenSource::kDraft ? "draft" : "target"; }
 
-// A seed for a request that sent none. 53 bits: JavaScript clients read JSON numbers as doubles,
-// and the seed they get back must be the one that was used.
-uint64_t FreshSeed() {
-  static std::mutex mu;
-  static std::mt19937_64 gen(std::random_device{}());
-  std::lock_guard<std::mutex> lock(mu);
-  return gen() & ((uint64_t{1} << 53) - 1);
-}
-
 std::string Dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 // What one finished /v1 generation reports to the log and the metrics.
@@ -87,15 +78,6 @@ struct Choice {
   GenerateResult result;
   std::string finish_reason;
 };
-
-// Choice i's seed: the request's for the first, a seed of its own derived from it for the others.
-uint64_t ChoiceSeed(uint64_t seed, int i) {
-  if (i == 0) return seed;
-  uint64_t x = seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i));
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return (x ^ (x >> 31)) & ((uint64_t{1} << 53) - 1);
-}
 
 // The statistics of all choices: the prompt counted once, as OpenAI bills it.
 SpecStats MergedStats(const std::vector<Choice>& choices) {
@@ -163,23 +145,6 @@ struct HttpServer::Impl {
       }
       m->active_cv.notify_all();
     });
-  }
-  static ApiError ShuttingDown(std::string message) {
-    ApiError e;
-    e.http_status = 503;
-    e.type = "server_error";
-    e.code = "shutting_down";
-    e.message = std::move(message);
-    return e;
-  }
-  // A request the engine found no memory for (BatchEngine: stop_reason "out_of_memory").
-  static ApiError OutOfMemory(std::string message) {
-    ApiError e;
-    e.http_status = 503;
-    e.type = "server_error";
-    e.code = "out_of_memory";
-    e.message = std::move(message);
-    return e;
   }
   std::string NextId(Endpoint endpoint) {
     return fmt::format("{}-{}{}", endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl", id_prefix,

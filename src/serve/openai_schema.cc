@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -29,6 +31,35 @@ ApiError BadRequest(std::string param, std::string code, std::string message) {
   e.message = std::move(message);
   return e;
 }
+
+namespace {
+ApiError ServerError(std::string code, std::string message) {
+  ApiError e;
+  e.http_status = 503;
+  e.type = "server_error";
+  e.code = std::move(code);
+  e.message = std::move(message);
+  return e;
+}
+}  // namespace
+
+uint64_t FreshSeed() {
+  static std::mutex mu;
+  static std::mt19937_64 gen(std::random_device{}());
+  std::lock_guard<std::mutex> lock(mu);
+  return gen() & ((uint64_t{1} << 53) - 1);
+}
+
+uint64_t ChoiceSeed(uint64_t seed, int i) {
+  if (i == 0) return seed;
+  uint64_t x = seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i));
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return (x ^ (x >> 31)) & ((uint64_t{1} << 53) - 1);
+}
+
+ApiError ShuttingDown(std::string message) { return ServerError("shutting_down", std::move(message)); }
+ApiError OutOfMemory(std::string message) { return ServerError("out_of_memory", std::move(message)); }
 
 namespace {
 

@@ -33,6 +33,17 @@ struct ApiError {
 };
 
 ApiError BadRequest(std::string param, std::string code, std::string message);
+// 503s a client may retry (the server sends Retry-After with them): the server is draining
+// (`shutting_down`), or it found no memory for the request (`out_of_memory`).
+ApiError ShuttingDown(std::string message);
+
+// A seed for a request that sent none. 53 bits: JavaScript clients read JSON numbers as doubles,
+// and the seed they get back must be the one that was used.
+uint64_t FreshSeed();
+// Choice i's seed of a request with `n` > 1: the request's for the first, a seed of its own
+// derived from it for the others (53 bits too).
+uint64_t ChoiceSeed(uint64_t seed, int i);
+ApiError OutOfMemory(std::string message);
 
 // Limits on what one request may ask for, so no field costs unbounded memory or time (each is a
 // 400 naming the field). The body as a whole is bounded by ServerOptions::max_body_bytes (413),
