@@ -65,3 +65,23 @@ function(dspark_make_pic target)
     endforeach()
   endif()
 endfunction()
+
+# dspark_preload_sanitizer(test...): tests whose process is not ours (Python loading the dspark
+# module, a consumer program built by the package test) load our ASan-instrumented code into a
+# program without the ASan runtime, which must then be preloaded. Their leak checks are off: the
+# interpreter and the build tools keep memory until exit by design.
+function(dspark_preload_sanitizer)
+  if(NOT DSPARK_SANITIZE MATCHES "address")
+    return()
+  endif()
+  # libstdc++ too: a program that does not link it (Python) loads it only after the runtime has
+  # looked for the __cxa_throw it intercepts, and the first C++ exception would then abort.
+  execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libasan.so
+                  OUTPUT_VARIABLE asan_runtime OUTPUT_STRIP_TRAILING_WHITESPACE)
+  execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.so
+                  OUTPUT_VARIABLE cxx_runtime OUTPUT_STRIP_TRAILING_WHITESPACE)
+  foreach(t ${ARGN})
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "LD_PRELOAD=${asan_runtime} ${cxx_runtime}"
+                                                       "ASAN_OPTIONS=detect_leaks=0")
+  endforeach()
+endfunction()

@@ -179,8 +179,8 @@ RawStream::RawStream(int port, const std::string& path, const std::string& body,
   }
 }
 
-bool RawStream::ReadUntil(const std::string& marker) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+bool RawStream::ReadUntil(const std::string& marker, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   char buf[4096];
   while (received.find(marker) == std::string::npos) {
     if (std::chrono::steady_clock::now() > deadline || fd_ < 0) return false;

@@ -68,8 +68,8 @@ class RawStream {
  public:
   RawStream(int port, const std::string& path, const std::string& body, const std::string& api_key);
   ~RawStream() { Close(); }
-  // Reads until `marker` has been received (or 10 s pass / the peer closes).
-  bool ReadUntil(const std::string& marker);
+  // Reads until `marker` has been received (or `seconds` pass / the peer closes).
+  bool ReadUntil(const std::string& marker, int seconds = 10);
   void Close();
   std::string received;
 
