@@ -5,6 +5,7 @@
 #include <new>
 #include <numeric>
 
+#include "spec/draft_grammar.h"
 #include "spec/verifier.h"
 #include "util/fault_injection.h"
 #include "util/log.h"
@@ -16,80 +17,6 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kOutOfMemoryMessage = "the server ran out of memory for this request; retry later";
 double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-// What a grammar-constrained request needs of the vocabulary: each token's bytes (control tokens'
-// text; end-of-generation tokens empty, allowed by the grammar's completeness alone) and their trie.
-struct GrammarVocab {
-  const Tokenizer& tokenizer;
-  const std::vector<std::string>& bytes;
-  const grammar::TokenMasker& masker;
-
-  bool Allows(const grammar::Grammar& g, const grammar::GrammarState& state, int32_t id) const {
-    if (tokenizer.IsEog(id)) return g.CanEnd(state);
-    return !bytes[id].empty() && g.Accepts(state, bytes[id]);
-  }
-
-  // Masks `row` to the tokens allowed in `state`. `lazy`: only the argmax will be read, so an allowed
-  // argmax leaves the row as it is (the masked argmax is the same). False: nothing is allowed.
-  bool Mask(const grammar::Grammar& g, const grammar::GrammarState& state, float* row, int n_vocab, bool lazy) const {
-    if (lazy && Allows(g, state, Argmax(row, n_vocab))) return true;
-    thread_local std::vector<uint8_t> allowed;
-    masker.AllowedTokens(g, state, &allowed);
-    const bool can_end = g.CanEnd(state);
-    bool any = false;
-    for (int id = 0; id < n_vocab; ++id) {
-      const bool ok = tokenizer.IsEog(id) ? can_end : allowed[id] != 0;
-      if (ok) any = true;
-      else row[id] = -INFINITY;
-    }
-    return any;
-  }
-};
-
-// The grammar walked along one draft: a grammar-constrained sequence's DraftConstraint.
-class DraftGrammar final : public DraftConstraint {
- public:
-  DraftGrammar(GrammarVocab vocab, const grammar::Grammar& g, grammar::GrammarState state)
-      : vocab_(vocab), g_(g) {
-    states_.push_back(std::move(state));
-  }
-  bool Mask(float* logits, int n_vocab, bool greedy) override {
-    if (!greedy) return vocab_.Mask(g_, states_.back(), logits, n_vocab, false);
-    // A greedy draft needs only the most probable allowed token, and a full mask costs as much as
-    // a small draft pass: the drafter's few best candidates are tried in order, the more probable
-    // forbidden ones are set to -inf (so the argmax is the allowed one), and when none of them is
-    // allowed the draft ends (the drafter does not know what comes next).
-    if (vocab_.Allows(g_, states_.back(), Argmax(logits, n_vocab))) return true;
-    constexpr int kCandidates = 8;
-    const int n = std::min(kCandidates, n_vocab);
-    thread_local std::vector<int32_t> order;
-    order.resize(n_vocab);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    for (int i = 0; i < n; ++i) {
-      if (vocab_.Allows(g_, states_.back(), order[i])) return true;
-      logits[order[i]] = -INFINITY;
-    }
-    return false;
-  }
-  void Push(int32_t token) override {
-    grammar::GrammarState next = states_.back();
-    if (!vocab_.tokenizer.IsEog(token)) g_.Advance(&next, vocab_.bytes[token]);
-    tokens_.push_back(token);
-    states_.push_back(std::move(next));
-  }
-  // The tokens drafted under the constraint and the state before each of them and after the last:
-  // the engine's check of the draft reuses them instead of walking the grammar again.
-  const std::vector<int32_t>& tokens() const { return tokens_; }
-  std::vector<grammar::GrammarState>& states() { return states_; }
-
- private:
-  GrammarVocab vocab_;
-  const grammar::Grammar& g_;
-  std::vector<int32_t> tokens_;
-  std::vector<grammar::GrammarState> states_;
-};
 }  // namespace
 
 struct BatchEngine::Sequence {
