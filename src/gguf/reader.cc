@@ -126,6 +126,8 @@ Status ReadValue(Cursor& c, ValueType type, const std::string& key, int depth, V
 
 std::string_view TypeDescription(const Value& v) { return ValueTypeName(v.type); }
 
+int64_t MtimeNs(const struct stat& st) { return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec; }
+
 }  // namespace
 
 int64_t TensorInfo::NumElements() const {
@@ -155,7 +157,7 @@ Result<std::unique_ptr<File>> File::Open(const std::string& path) {
   if (::fstat(f->fd_, &st) != 0) return Internal("gguf: cannot stat '{}': {}", path, std::strerror(errno));
   if (S_ISDIR(st.st_mode)) return InvalidArgument("gguf: '{}' is a directory, not a GGUF file", path);
   f->size_ = static_cast<uint64_t>(st.st_size);
-  f->mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  f->mtime_ns_ = MtimeNs(st);
   if (f->size_ > 0) {
     void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_SHARED, f->fd_, 0);
     if (p == MAP_FAILED) return Internal("gguf: cannot map '{}': {}", path, std::strerror(errno));
@@ -168,9 +170,8 @@ Result<std::unique_ptr<File>> File::Open(const std::string& path) {
 Status File::CheckUnchanged() const {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) return Internal("gguf: cannot stat '{}': {}", path_, std::strerror(errno));
-  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size != size_ || mtime_ns != mtime_ns_)
+  if (size != size_ || MtimeNs(st) != mtime_ns_)
     return DataLoss("gguf: '{}' changed on disk while it was loading ({} bytes when opened, {} now{}); the model "
                     "read from it is not trustworthy. Load it again once whatever writes it has finished, and "
                     "replace a model a server is using by renaming a complete file over it, not by writing into it",

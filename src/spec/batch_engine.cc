@@ -185,23 +185,22 @@ void BatchEngine::Admit() {
     std::unique_ptr<Sequence> s = std::move(queue_.front());
     queue_.pop_front();
     s->slot = slot;
-    try {
-      Start(*s, slot);
-    } catch (const std::bad_alloc&) {
-      // This request alone fails; the slot starts clean for the next one.
-      DSPARK_LOG_WARN("engine: request {}: out of memory while admitting it; it fails", s->id);
-      if (s->use_drafter) drafter_->End(slot);
-      cache_.Clear(slot);
-      retained_[slot].clear();
-      drafter_rows_valid_[slot] = 0;
-      s->result.stop_reason = "out_of_memory";
-      s->result.error = kOutOfMemoryMessage;
-      if (s->on_done) s->on_done(std::move(s->result));
-      continue;
-    }
+    Sequence& admitted = *s;
     slots_[slot] = std::move(s);
     running_.fetch_add(1);
+    try {
+      Start(admitted, slot);
+    } catch (const std::bad_alloc&) {
+      // This request alone fails; the slot starts clean for the next one.
+      DSPARK_LOG_WARN("engine: request {}: out of memory while admitting it; it fails", admitted.id);
+      FailForMemory(admitted);
+    }
   }
+}
+
+void BatchEngine::FailForMemory(Sequence& s) {
+  s.result.error = kOutOfMemoryMessage;
+  Finish(s, "out_of_memory");
 }
 
 // A request's state for its slot: its context, samplers, detokenizer, grammar, and the cached rows
@@ -482,8 +481,7 @@ Result<bool> BatchEngine::Step() {
     int failed = 0;
     for (auto& slot : slots_) {
       if (!slot) continue;
-      slot->result.error = kOutOfMemoryMessage;
-      Finish(*slot, "out_of_memory");
+      FailForMemory(*slot);
       ++failed;
     }
     DSPARK_LOG_WARN("engine: out of memory during a step; {} running request(s) fail", failed);

@@ -136,6 +136,8 @@ class BatchEngine {
   void StartFromCache(Sequence& s, int slot);
   // The phases of a step after admission (may throw std::bad_alloc; Step fails the running requests).
   Result<bool> RunStep();
+  // Ends `s` (in its slot) with stop_reason "out_of_memory"; its rows are not kept.
+  void FailForMemory(Sequence& s);
   bool WaitsForSharedPrefill(const std::vector<int32_t>& prompt) const;
   // Copying rows from elsewhere pays only for a real gain over what the slot holds itself.
   static constexpr size_t kMinCopyRows = 16;
