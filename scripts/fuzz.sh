@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of tests/fuzz (clang, ASan + UBSan, in build-fuzz/) and, for each,
-# replays its committed corpus and fuzzes for FUZZ_SECONDS (default 30). New inputs go to
-# build-fuzz/work/TARGET, findings to build-fuzz/work/TARGET-crash-* (or -timeout-, -oom-).
-# Exits non-zero on any finding. FUZZ_TIMEOUT: seconds an input may take (default 1).
-# FUZZ_FORK=N runs N fuzzing processes per target (libFuzzer's -fork; timeouts, OOMs and leaks
-# still stop the run). Every run appends a line to build-fuzz/ledger.tsv, so a long campaign can
-# be split into runs that resume from the grown corpus; `scripts/fuzz.sh --ledger` sums them.
-#   scripts/fuzz.sh                                        # every target, 30 s each
-#   FUZZ_SECONDS=3600 FUZZ_FORK=2 scripts/fuzz.sh gguf     # one target, an hour on 2 cores
-#   scripts/fuzz.sh --ledger                               # executions and CPU hours per target
-#   scripts/fuzz.sh --campaign [TARGET...]                 # fuzz each target in FUZZ_SECONDS (600)
-#        chunks on FUZZ_FORK (2) processes until the ledger shows 10 M executions or 2 CPU hours
-#        for it (the bar in tests/fuzz/README.md); rerun it to resume after an interruption
+# Builds the libFuzzer targets of tests/fuzz (clang, ASan + UBSan, in build-fuzz/) and fuzzes each,
+# starting from its committed corpus. Exits non-zero on any finding (build-fuzz/.../TARGET-crash-*,
+# -timeout-, -oom-). FUZZ_TIMEOUT: seconds an input may take (default 1). Three modes:
+#   scripts/fuzz.sh [TARGET...]     the CI check (make fuzz): a fixed seed and a fixed number of
+#        inputs per target (about 30 s each), from a fresh directory, so a commit gets the same
+#        verdict on every machine; exploring is the campaign's job, and what it finds is committed
+#        to tests/fuzz/corpus as a regression input that every run replays.
+#   FUZZ_SECONDS=3600 [FUZZ_FORK=2] scripts/fuzz.sh gguf    explore: random seed, FUZZ_FORK
+#        processes (libFuzzer's -fork), the corpus growing in build-fuzz/work/TARGET.
+#   scripts/fuzz.sh --campaign [TARGET...]   explore each target in FUZZ_SECONDS (600) chunks on
+#        FUZZ_FORK (2) processes until tests/fuzz/campaign.tsv shows 10 M executions or 2 CPU
+#        hours for it (the bar in tests/fuzz/README.md). That ledger is committed, so a campaign
+#        resumes across machines; commit it after each session of fuzzing.
+#   scripts/fuzz.sh --ledger        executions and CPU hours per target in the campaign ledger
+# Exploring runs append a line to their ledger (build-fuzz/ledger.tsv outside a campaign).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LEDGER=build-fuzz/ledger.tsv
+CAMPAIGN_LEDGER=tests/fuzz/campaign.tsv
 
 if [ "${1:-}" = "--ledger" ]; then
+  LEDGER=$CAMPAIGN_LEDGER
   [ -f "$LEDGER" ] || { echo "no fuzzing runs recorded in $LEDGER"; exit 0; }
   awk -F'\t' 'NR > 1 { runs[$3] += $7; cs[$3] += $6; n[$3]++; if ($8 == "finding") bad[$3]++ }
     END { printf "%-10s %6s %14s %12s %9s\n", "target", "runs", "executions", "CPU hours", "findings"
@@ -29,12 +33,20 @@ if [ "${1:-}" = "--campaign" ]; then
   CAMPAIGN=1
   shift
 fi
+CHECK=0
 if [ "$CAMPAIGN" = 1 ]; then
   SECS=${FUZZ_SECONDS:-600}
   FUZZ_FORK=${FUZZ_FORK:-2}
+  LEDGER=$CAMPAIGN_LEDGER
+elif [ -n "${FUZZ_SECONDS:-}" ]; then
+  SECS=$FUZZ_SECONDS
 else
-  SECS=${FUZZ_SECONDS:-30}
+  CHECK=1
+  SECS=300  # only a guard: the check stops after its fixed number of inputs
+  FUZZ_FORK=0
 fi
+# The check's inputs per target: about 30 s each on a 2-core CI machine.
+declare -A CHECK_RUNS=([gguf]=50000 [tokenizer]=120000 [request]=200000 [jinja]=25000 [grammar]=300000)
 TIMEOUT=${FUZZ_TIMEOUT:-1}
 FORK=${FUZZ_FORK:-0}
 TARGETS=("$@")
@@ -53,16 +65,21 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$PWD/tests
 export ASAN_OPTIONS="detect_leaks=1"
 [ -f "$LEDGER" ] || printf 'date\tcommit\ttarget\tseconds\tprocesses\tcpu_seconds\texecutions\tresult\n' >"$LEDGER"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-fuzz_target() {  # TARGET: one run of SECS seconds; appends to the ledger; 1 on a finding
+fuzz_target() {  # TARGET: one run; appends to the ledger when exploring; 1 on a finding
   local t=$1 work seeds d log mode procs start result elapsed runs cpu
   work=build-fuzz/work/$t
+  mode=(-print_final_stats=1)
+  if [ "$CHECK" = 1 ]; then
+    work=build-fuzz/check/$t
+    rm -rf "$work" "$work"-*
+    mode+=(-seed=1 -runs="${CHECK_RUNS[$t]}")
+  fi
   mkdir -p "$work"
   seeds=()
   for d in tests/fuzz/corpus/"$t" $([ "$t" = jinja ] && echo tests/data/templates); do
     [ -d "$d" ] && seeds+=("$d")
   done
-  log=build-fuzz/work/$t.log
-  mode=(-print_final_stats=1)
+  log=$work.log
   procs=1
   if [ "$FORK" -gt 0 ]; then
     mode=(-fork="$FORK" -ignore_crashes=0 -ignore_timeouts=0 -ignore_ooms=0)
@@ -93,7 +110,7 @@ fuzz_target() {  # TARGET: one run of SECS seconds; appends to the ledger; 1 on 
   else
     runs=$(grep -m1 '^stat::number_of_executed_units' "$log" | awk '{print $2}')
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$commit" "$t" "$elapsed" "$procs" "$cpu" "${runs:-0}" "$result" >>"$LEDGER"
+  [ "$CHECK" = 1 ] || printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$commit" "$t" "$elapsed" "$procs" "$cpu" "${runs:-0}" "$result" >>"$LEDGER"
   if [ "$result" != finding ]; then
     echo "fuzz $t: ${runs:-?} inputs in ${elapsed} s on $procs process(es) (${cpu} CPU seconds), no finding"
   else

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "kernels/ops.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -199,6 +201,29 @@ TEST(ModelLoad, UnknownArchitectureAndMissingTensorAreClearErrors) {
   m = Model::Load(dropped);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("blk.1.attn_k_norm.weight"), std::string::npos) << m.status().message();
+}
+
+// block_count is a claim the tensors must back: a file that claims 50 million blocks but holds two
+// fails on the first missing tensor, without reserving memory for the blocks it claims first.
+TEST(ModelLoad, BlockCountBeyondTheTensorsNamesTheFirstMissingBlock) {
+  for (const char* arch : {"qwen3", "qwen3moe", "deepseek2"}) {
+    SynthSpec spec = TinySpec(arch, DType::kF32);
+    const std::string good = WriteTiny(spec, std::string("blocks_") + arch);
+    auto f = gguf::File::Open(good);
+    ASSERT_TRUE(f.ok());
+    gguf::Writer w;
+    w.CopyMetadataFrom(**f);
+    w.SetU32(std::string(arch) + ".block_count", 50'000'000);
+    for (const auto& t : (*f)->tensors())
+      ASSERT_TRUE(w.AddTensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes)).ok());
+    const std::string bad = testing::TempPath(std::string("many_blocks_") + arch + ".gguf");
+    ASSERT_TRUE(w.WriteFile(bad).ok());
+    auto m = Model::Load(bad);
+    ASSERT_FALSE(m.ok()) << arch;
+    EXPECT_EQ(m.status().code(), StatusCode::kNotFound) << m.status().message();
+    const std::string first_missing = fmt::format("'blk.{}.attn_norm.weight' is missing", spec.n_layer);
+    EXPECT_NE(m.status().message().find(first_missing), std::string::npos) << m.status().message();
+  }
 }
 
 TEST(ModelLoad, WrongShapeNamesTensorAndExpectation) {

@@ -109,9 +109,10 @@ Result<ModelWeights> BindDenseWeights(const gguf::File& file, const ModelConfig&
   // rope_freqs is read into the config by the architecture; claim it here so it is not "unused".
   DSPARK_TRY(b.Find("rope_freqs.weight", {c.rope.n_rot / 2}, TensorRequirement::kOptional).status());
 
-  w.layers.resize(c.n_layer);
+  // Grown block by block: block_count is only a claim until blk.N's tensors are found, and a file
+  // that claims millions of blocks must fail on the first missing tensor, not allocate for them all.
   for (int il = 0; il < c.n_layer; ++il) {
-    LayerWeights& l = w.layers[il];
+    LayerWeights& l = w.layers.emplace_back();
     auto n = [il](const char* part) { return fmt::format("blk.{}.{}", il, part); };
     DSPARK_ASSIGN_OR_RETURN(l.attn_norm, b.Vector(n("attn_norm.weight"), c.n_embd));
     DSPARK_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(n("ffn_norm.weight"), c.n_embd));

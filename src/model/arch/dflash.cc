@@ -145,9 +145,8 @@ Status BindBackbone(const gguf::File& f, const Model& target, DraftBinder& b, Df
     w.output = target.weights().output;
   }
 
-  w.layers.resize(c.n_layer);
-  for (int il = 0; il < c.n_layer; ++il) {
-    DflashLayer& l = w.layers[il];
+  for (int il = 0; il < c.n_layer; ++il) {  // grown block by block, as BindDenseWeights does
+    DflashLayer& l = w.layers.emplace_back();
     auto n = [il](const char* part) { return fmt::format("blk.{}.{}", il, part); };
     DSPARK_ASSIGN_OR_RETURN(l.attn_norm, b.Vector(n("attn_norm.weight"), E));
     DSPARK_ASSIGN_OR_RETURN(l.wq, b.Matrix(n("attn_q.weight"), E, c.q_dim()));
