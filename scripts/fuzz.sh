@@ -3,8 +3,8 @@
 # starting from its committed corpus. Exits non-zero on any finding (build-fuzz/.../TARGET-crash-*,
 # -timeout-, -oom-). FUZZ_TIMEOUT: seconds an input may take (default 1). Three modes:
 #   scripts/fuzz.sh [TARGET...]     the CI check (make fuzz): a fixed seed and a fixed number of
-#        inputs per target (about 30 s each), from a fresh directory, so a commit gets the same
-#        verdict on every machine; exploring is the campaign's job, and what it finds is committed
+#        inputs per target (about 30 s each), from a fresh directory, so every run of a commit
+#        tries nearly the same inputs (thread timing varies coverage a little); exploring is the campaign's job, and what it finds is committed
 #        to tests/fuzz/corpus as a regression input that every run replays.
 #   FUZZ_SECONDS=3600 [FUZZ_FORK=2] scripts/fuzz.sh gguf    explore: random seed, FUZZ_FORK
 #        processes (libFuzzer's -fork), the corpus growing in build-fuzz/work/TARGET.
