@@ -118,7 +118,9 @@ namespace {
 void WriteDeepseekKeys(const SynthSpec& spec, gguf::Writer& w) {
   const std::string a = spec.arch;
   w.SetU32(a + ".attention.kv_lora_rank", spec.kv_lora_rank);
-  if (spec.q_lora_rank > 0) w.SetU32(a + ".attention.q_lora_rank", spec.q_lora_rank);
+  // Written as 0 without a query LoRA too: llama.cpp requires the key except at V2-Lite's depths
+  // (26 or 27 blocks), where it assumes 0, so a shallower --layers file would not load there.
+  w.SetU32(a + ".attention.q_lora_rank", spec.q_lora_rank);
   w.SetU32(a + ".rope.dimension_count", spec.qk_rope_dim);
   if (spec.split_kv_b) {
     // As llama.cpp's converter writes split files: key/value_length describe the latent cache.
@@ -196,9 +198,12 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   w.SetU32(a + ".context_length", spec.n_ctx);
   w.SetU32(a + ".embedding_length", spec.n_embd);
   w.SetU32(a + ".block_count", spec.n_layer);
-  w.SetU32(a + ".feed_forward_length", spec.n_ff);
+  // Mixtral files (llama with experts) give the experts' width as feed_forward_length.
+  const bool mixtral = moe && !arch->traits.experts && spec.kv_lora_rank == 0;
+  w.SetU32(a + ".feed_forward_length", mixtral ? spec.n_ff_exp : spec.n_ff);
   w.SetU32(a + ".attention.head_count", spec.n_head);
-  w.SetU32(a + ".attention.head_count_kv", spec.n_head_kv);
+  // llama.cpp's converter stores MLA with split attn_k_b / attn_v_b as one key/value head (MQA).
+  w.SetU32(a + ".attention.head_count_kv", spec.kv_lora_rank > 0 && spec.split_kv_b ? 1 : spec.n_head_kv);
   w.SetU32(a + ".attention.key_length", spec.head_dim);
   w.SetU32(a + ".attention.value_length", spec.head_dim);
   w.SetF32(a + ".attention.layer_norm_rms_epsilon", spec.rms_eps);
@@ -206,7 +211,7 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   if (moe) {
     w.SetU32(a + ".expert_count", spec.n_expert);
     w.SetU32(a + ".expert_used_count", spec.n_expert_used);
-    w.SetU32(a + ".expert_feed_forward_length", spec.n_ff_exp);
+    if (!mixtral) w.SetU32(a + ".expert_feed_forward_length", spec.n_ff_exp);
   }
   const bool mla = spec.kv_lora_rank > 0;
   if (mla) WriteDeepseekKeys(spec, w);

@@ -12,6 +12,12 @@ constexpr ArchTraits kLlamaTraits{.qkv_bias = false, .qk_norm = false, .rope_sty
 Result<ModelConfig> ReadLlamaFamily(const gguf::File& file, std::string_view arch) {
   DSPARK_ASSIGN_OR_RETURN(ModelConfig c, ReadDenseHparams(file, arch, kLlamaTraits));
   DSPARK_TRY(ReadMoeHparams(file, arch, /*required=*/false, c));
+  if (c.moe.enabled()) {
+    // Mixtral as llama.cpp runs it (src/models/llama.cpp): every expert is feed_forward_length wide,
+    // whatever an expert_feed_forward_length key says, and the top-k weights are normalised.
+    c.moe.n_ff_exp = c.n_ff;
+    c.moe.norm_weights = true;
+  }
   return c;
 }
 Result<ModelConfig> ReadLlama(const gguf::File& file) { return ReadLlamaFamily(file, "llama"); }
