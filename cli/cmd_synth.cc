@@ -22,9 +22,15 @@ int RunSynth(const SynthFlags& f) {
     for (const auto& n : SynthShapeNames()) names += (names.empty() ? "" : ", ") + n;
     return Fail(InvalidArgument("synth: unknown shape '{}' (known: {})", f.shape, names));
   }
-  const auto type = DTypeFromName(f.type);
-  if (!type) return Fail(InvalidArgument("synth: unknown weight type '{}'", f.type));
-  spec->matrix_type = *type;
+  // A quantize target (a type or the Q4_K_M mixture), or any other type the writer can encode (F32).
+  auto target = QuantizeTargetFromName(f.type);
+  if (!target) {
+    const auto type = DTypeFromName(f.type);
+    if (!type) return Fail(InvalidArgument("synth: unknown weight type '{}' (known: F32, {})", f.type, QuantizeTargetNames()));
+    target = QuantizeTarget{*type, QuantizeMix::kUniform};
+  }
+  spec->matrix_type = target->type;
+  spec->matrix_mix = target->mix;
   spec->seed = f.seed;
   if (f.layers < 0) return Fail(InvalidArgument("synth: --layers {} must be positive", f.layers));
   if (f.layers > 0) spec->n_layer = f.layers;
@@ -49,7 +55,7 @@ Runner RegisterSynth(CLI::App& app) {
   sub->add_option("shape", f->shape, "qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, qwen3-30b-a3b, deepseek-v2-lite or deepseek-v3-mini")->required();
   sub->add_option("output", f->out, "Output GGUF")->required();
   sub->add_option("--vocab", f->vocab, "GGUF whose tokenizer to copy (else a toy vocabulary)");
-  sub->add_option("--type", f->type, "Weight type: Q8_0, Q4_K, Q4_0, Q6_K, F16, ...")->capture_default_str();
+  sub->add_option("--type", f->type, "Weight type: Q8_0, Q4_K, Q4_K_M, Q4_0, Q6_K, F16, ...")->capture_default_str();
   sub->add_option("--seed", f->seed, "Weight seed")->capture_default_str();
   sub->add_option("--layers", f->layers, "Blocks (default: the shape's own; fewer for small test models)");
   return [f] { return RunSynth(*f); };

@@ -105,6 +105,38 @@ TEST(QuantizeMix, Q4KMFileHasLlamaCppsTypePerTensorAndRuns) {
   }
 }
 
+// `dspark synth --type Q4_K_M` gives every matrix the type `dspark quantize` Q4_K_M gives it, dense,
+// mixture-of-experts and MLA (both layouts) alike: benchmark files match what users quantise.
+TEST(QuantizeMix, SynthQ4KMMatchesQuantize) {
+  for (const char* arch : {"qwen3", "qwen3moe", "deepseek2", "deepseek2-kv_b"}) {
+    const std::string name = arch;
+    SynthSpec spec = TinySpec(name.substr(0, 9), DType::kQ4_K);  // rows of 256: K-quant super-blocks
+    spec.n_layer = 8;
+    spec.split_kv_b = name != "deepseek2-kv_b";
+    spec.matrix_type = DType::kF32;
+    const std::string src = WriteTiny(spec, "synth_q4km_src_" + name);
+    const std::string quantised = testing::TempPath("synth_q4km_quantised_" + name + ".gguf");
+    QuantizeReport report;
+    ASSERT_TRUE(QuantizeFile(src, quantised, QuantizeTarget{DType::kQ4_K, QuantizeMix::kQ4_K_M}, &report).ok());
+    spec.matrix_type = DType::kQ4_K;
+    spec.matrix_mix = QuantizeMix::kQ4_K_M;
+    const std::string synth = WriteTiny(spec, "synth_q4km_" + name);
+    auto a = gguf::File::Open(quantised);
+    auto b = gguf::File::Open(synth);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ((*a)->tensors().size(), (*b)->tensors().size()) << name;
+    std::set<DType> types;
+    for (const auto& t : (*a)->tensors()) {
+      const gguf::TensorInfo* u = (*b)->FindTensor(t.name);
+      ASSERT_NE(u, nullptr) << name << " " << t.name;
+      EXPECT_EQ(DTypeName(u->type), DTypeName(t.type)) << name << " " << t.name;
+      types.insert(t.type);
+    }
+    EXPECT_TRUE(types.count(DType::kQ6_K)) << name << ": the mixture gives some matrices more bits";
+    EXPECT_TRUE(types.count(DType::kQ4_K)) << name;
+  }
+}
+
 // Rows shorter than a super-block take llama.cpp's fallbacks: Q6_K -> Q8_0, Q4_K -> Q5_0.
 TEST(QuantizeMix, Q4KMOnShortRowsTakesTheFallbacks) {
   SynthSpec spec = TinySpec("qwen3", DType::kF32);  // n_embd 64

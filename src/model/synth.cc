@@ -229,8 +229,15 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   // A [cols, rows] matrix, or with n > 1 a 3-D [cols, rows, n] stack of them (expert tensors).
   // Rows that the type's block does not divide take llama.cpp's fallback type, as `dspark quantize`
   // does (DeepSeek-V2-Lite's 1,408-wide experts in a Q4_K file are Q5_0 / Q8_0).
+  QuantizeFileFacts facts;  // what `dspark quantize` would read off the finished file
+  facts.n_layer = spec.n_layer;
+  facts.n_attn_v = spec.kv_lora_rank > 0 && spec.split_kv_b ? 0 : spec.n_layer;  // attn_v or attn_kv_b
+  facts.n_expert = spec.n_expert;
+  facts.has_output = !spec.tied_embeddings;
+  const QuantizeTarget target{spec.matrix_type, spec.matrix_mix};
   auto tensor = [&](const std::string& name, DType requested, int64_t cols, int64_t rows, int64_t n,
                     float gain) -> Status {
+    if (requested == spec.matrix_type) requested = QuantizeTensorType(target, name, facts);
     const DType type = QuantizeTypeForRows(requested, cols);
     const uint64_t seed = NameSeed(spec.seed, name);
     std::vector<int64_t> ne = {cols, rows};

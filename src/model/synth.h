@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "model/quantize.h"
 #include "util/dtype.h"
 #include "util/status.h"
 
@@ -59,6 +60,9 @@ struct SynthSpec {
   std::string rope_scaling = "none";  // none | linear | yarn
   float rope_scaling_factor = 1.0f;
   DType matrix_type = DType::kF32;  // 2-D weights (embeddings included)
+  // kQ4_K_M: matrix_type is Q4_K and each matrix takes the type llama.cpp's Q4_K_M mixture gives
+  // it (QuantizeTensorType: Q6_K LM head, attn_v and ffn_down in use_more_bits layers).
+  QuantizeMix matrix_mix = QuantizeMix::kUniform;
   uint64_t seed = 1;
   // Std of matrix weights relative to 1/sqrt(cols); large values make greedy decoding decisive.
   float weight_gain = 1.0f;
