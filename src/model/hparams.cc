@@ -114,7 +114,8 @@ Status ReadMoeHparams(const gguf::File& f, std::string_view arch_view, bool requ
   if (m.n_expert_used > m.n_expert)
     return InvalidArgument("model: {}: '{}' = {} exceeds '{}' = {}", f.path(), key("expert_used_count"),
                            m.n_expert_used, key("expert_count"), m.n_expert);
-  // As llama.cpp: without the key, an expert is as wide as the dense FFN split over the used experts.
+  // As llama.cpp's qwen3moe: without the key, an expert is as wide as the dense FFN split over the
+  // used experts (the llama family overrides this: Mixtral's experts are feed_forward_length wide).
   DSPARK_ASSIGN_OR_RETURN(m.n_ff_exp, PositiveInt(f, key("expert_feed_forward_length"), c.n_ff / m.n_expert_used));
   DSPARK_ASSIGN_OR_RETURN(bool norm, f.GetBoolOr(key("expert_weights_norm"), true));
   m.norm_weights = norm;

@@ -108,11 +108,17 @@ TEST(QuantizeMix, Q4KMFileHasLlamaCppsTypePerTensorAndRuns) {
 // `dspark synth --type Q4_K_M` gives every matrix the type `dspark quantize` Q4_K_M gives it, dense,
 // mixture-of-experts and MLA (both layouts) alike: benchmark files match what users quantise.
 TEST(QuantizeMix, SynthQ4KMMatchesQuantize) {
-  for (const char* arch : {"qwen3", "qwen3moe", "deepseek2", "deepseek2-kv_b"}) {
-    const std::string name = arch;
-    SynthSpec spec = TinySpec(name.substr(0, 9), DType::kQ4_K);  // rows of 256: K-quant super-blocks
+  struct Case {
+    const char* name;
+    const char* arch;
+    bool split_kv_b;
+  };
+  for (const Case& c : {Case{"qwen3", "qwen3", true}, Case{"qwen3moe", "qwen3moe", true},
+                        Case{"deepseek2", "deepseek2", true}, Case{"deepseek2-kv_b", "deepseek2", false}}) {
+    const std::string name = c.name;
+    SynthSpec spec = TinySpec(c.arch, DType::kQ4_K);  // rows of 256: K-quant super-blocks
     spec.n_layer = 8;
-    spec.split_kv_b = name != "deepseek2-kv_b";
+    spec.split_kv_b = c.split_kv_b;
     spec.matrix_type = DType::kF32;
     const std::string src = WriteTiny(spec, "synth_q4km_src_" + name);
     const std::string quantised = testing::TempPath("synth_q4km_quantised_" + name + ".gguf");

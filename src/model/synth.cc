@@ -198,12 +198,13 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   w.SetU32(a + ".context_length", spec.n_ctx);
   w.SetU32(a + ".embedding_length", spec.n_embd);
   w.SetU32(a + ".block_count", spec.n_layer);
+  const bool mla = spec.kv_lora_rank > 0;
   // Mixtral files (llama with experts) give the experts' width as feed_forward_length.
-  const bool mixtral = moe && !arch->traits.experts && spec.kv_lora_rank == 0;
+  const bool mixtral = moe && !mla && !arch->traits.experts;
   w.SetU32(a + ".feed_forward_length", mixtral ? spec.n_ff_exp : spec.n_ff);
   w.SetU32(a + ".attention.head_count", spec.n_head);
   // llama.cpp's converter stores MLA with split attn_k_b / attn_v_b as one key/value head (MQA).
-  w.SetU32(a + ".attention.head_count_kv", spec.kv_lora_rank > 0 && spec.split_kv_b ? 1 : spec.n_head_kv);
+  w.SetU32(a + ".attention.head_count_kv", mla && spec.split_kv_b ? 1 : spec.n_head_kv);
   w.SetU32(a + ".attention.key_length", spec.head_dim);
   w.SetU32(a + ".attention.value_length", spec.head_dim);
   w.SetF32(a + ".attention.layer_norm_rms_epsilon", spec.rms_eps);
@@ -213,7 +214,6 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
     w.SetU32(a + ".expert_used_count", spec.n_expert_used);
     if (!mixtral) w.SetU32(a + ".expert_feed_forward_length", spec.n_ff_exp);
   }
-  const bool mla = spec.kv_lora_rank > 0;
   if (mla) WriteDeepseekKeys(spec, w);
   if (spec.rope_scaling != "none") {
     w.SetString(a + ".rope.scaling.type", spec.rope_scaling);
@@ -231,7 +231,7 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   // does (DeepSeek-V2-Lite's 1,408-wide experts in a Q4_K file are Q5_0 / Q8_0).
   QuantizeFileFacts facts;  // what `dspark quantize` would read off the finished file
   facts.n_layer = spec.n_layer;
-  facts.n_attn_v = spec.kv_lora_rank > 0 && spec.split_kv_b ? 0 : spec.n_layer;  // attn_v or attn_kv_b
+  facts.n_attn_v = mla && spec.split_kv_b ? 0 : spec.n_layer;  // attn_v or attn_kv_b
   facts.n_expert = spec.n_expert;
   facts.has_output = !spec.tied_embeddings;
   const QuantizeTarget target{spec.matrix_type, spec.matrix_mix};
