@@ -76,7 +76,13 @@ function(dspark_preload_sanitizer)
   endif()
   # libstdc++ too: a program that does not link it (Python) loads it only after the runtime has
   # looked for the __cxa_throw it intercepts, and the first C++ exception would then abort.
-  execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libasan.so
+  # gcc's runtime is libasan; clang's shared one (its UBSan included) is libclang_rt.asan.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    set(asan_name libclang_rt.asan-${CMAKE_SYSTEM_PROCESSOR}.so)
+  else()
+    set(asan_name libasan.so)
+  endif()
+  execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=${asan_name}
                   OUTPUT_VARIABLE asan_runtime OUTPUT_STRIP_TRAILING_WHITESPACE)
   execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.so
                   OUTPUT_VARIABLE cxx_runtime OUTPUT_STRIP_TRAILING_WHITESPACE)

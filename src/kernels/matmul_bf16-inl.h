@@ -136,7 +136,7 @@ HWY_NOINLINE void Bf16PackedTileFma(const uint32_t* HWY_RESTRICT g, int64_t pair
 #if HWY_TARGET == HWY_AVX3_DL
 #define DSPARK_HAVE_BF16_DOT 1
 #define DSPARK_BF16_ATTR \
-  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,fma,f16c,avx2")))
+  __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
 
 // As Bf16PackedTileFma with xi the bf16 pairs of each activation row interleaved [pairs][kM].
 template <int kM, int kG>

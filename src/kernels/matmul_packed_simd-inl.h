@@ -22,6 +22,7 @@
 #include "kernels/matmul_vnni-inl.h"  // DSPARK_HAVE_VNNI, CvtI32, DpbusdBcast
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -39,7 +40,7 @@ constexpr int ShortDots(int q_max) { return 32767 / (2 * 127 * q_max); }
 #define DSPARK_HAVE_PACKED_Q 1
 // VNNI and GFNI (nibbles and bit planes): every AVX3_DL CPU has both; Highway 1.0.3 checks neither.
 #define DSPARK_PACKED_ATTR \
-  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,gfni,fma,f16c,avx2")))
+  __attribute__((target(HWY_TARGET_STR ",avx512vnni,gfni")))
 // Whether this target's packed kernels may run on this CPU.
 inline bool PackedKernelsUsable() { return __builtin_cpu_supports("gfni"); }
 
@@ -171,7 +172,11 @@ HWY_INLINE PackedI TopBitsTo(PackedI v) {
 // instruction what vpmaddubsw + vpmaddwd + vpaddd do, with the same exact sums. Highway 1.0.3's
 // AVX2 target does not enable it, so it is emitted as assembly and the kernels run it (kVex) only
 // where the CPU reports it.
-inline bool HasAvxVnni() { return __builtin_cpu_supports("avxvnni"); }
+// CPUID.(EAX=7, ECX=1):EAX bit 4; clang 14's __builtin_cpu_supports does not know "avxvnni".
+inline bool HasAvxVnni() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 4) & 1) != 0;
+}
 // acc += Σ_4 w (u8) * a (s8) in each int32 lane of one ymm: vpdpbusd, or pairs in int16 (exact
 // while no pair passes 32767) and then pairs of pairs in int32.
 template <bool kVex>

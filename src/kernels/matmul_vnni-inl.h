@@ -38,9 +38,11 @@ namespace HWY_NAMESPACE {
 #undef DSPARK_VNNI_ATTR
 #if HWY_TARGET == HWY_AVX3_DL
 #define DSPARK_HAVE_VNNI 1
-// Highway 1.0.3's AVX3_DL attribute string lacks avx512vnni; add it for these functions only.
+// Highway 1.0.3's AVX3_DL attribute string lacks avx512vnni; add it for these functions only. The
+// attribute names the target's whole string: clang replaces the enclosing target with a function's
+// own (GCC adds to it), and these functions inline Highway ops compiled for all of it.
 #define DSPARK_VNNI_ATTR \
-  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,fma,f16c,avx2")))
+  __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
 
 // Zero-masking forms of these intrinsics: the plain ones start from _mm512_undefined_ps(), which
 // GCC 12 reports as -Wuninitialized under -Werror.

@@ -133,7 +133,8 @@ class SamplingFixture : public ::testing::Test {
   }
 
   // The check on positions 1-3 of 5-token generations, with `verify` as the verification rule.
-  testing::SamplingCheck Check(Drafter* drafter, const SamplingParams& params, VerifyFn verify = &Verify) {
+  testing::SamplingCheck Check(Drafter* drafter, const SamplingParams& params, VerifyFn verify = &Verify,
+                               int trials = kTrials) {
     BatchEngineOptions o;
     o.n_ctx = 64;
     o.schedule.n_max = kNMax;
@@ -143,7 +144,7 @@ class SamplingFixture : public ::testing::Test {
     GenerateOptions go;
     go.max_new_tokens = kNMax + 3;
     go.sampling = params;
-    return testing::CheckSampling(engine, kPrompt, go, exact, 1, 3, kTrials);
+    return testing::CheckSampling(engine, kPrompt, go, exact, 1, 3, trials);
   }
 
   static constexpr int kTrials = 30000;
@@ -228,7 +229,8 @@ TEST_F(LosslessSamplingControls, GrammarConstrainedSamplingMatchesTheExactMasked
     go.max_new_tokens = kNMax + 3;
     go.sampling = params;
     go.grammar = *g;
-    const testing::SamplingCheck c = testing::CheckSampling(engine, kPrompt, go, exact, 1, 3, kTrials);
+    const testing::SamplingCheck c =
+        testing::CheckSampling(engine, kPrompt, go, exact, 1, 3, testing::PassingCheckTrials(kTrials));
     EXPECT_TRUE(c.passed()) << c.Describe();
     EXPECT_GT(c.stats.num_accepted_tokens, 0) << c.Describe();
     EXPECT_LT(c.stats.num_accepted_tokens, c.stats.num_draft_tokens) << "no rejection: " << c.Describe();
@@ -258,7 +260,7 @@ INSTANTIATE_TEST_SUITE_P(EveryDrafter, LosslessSampling, ::testing::ValuesIn(Eve
 // The check itself passes plain sampling (no drafter), so its failures below are the bugs'.
 TEST_F(LosslessSamplingControls, PlainSamplingPassesTheCheck) {
   for (const SamplingParams& params : {kUnfiltered, kFiltered, kPenalized, kKeyed}) {
-    const testing::SamplingCheck c = Check(nullptr, params);
+    const testing::SamplingCheck c = Check(nullptr, params, &Verify, testing::PassingCheckTrials(kTrials));
     EXPECT_TRUE(c.passed()) << c.Describe();
   }
 }
