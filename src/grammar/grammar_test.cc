@@ -224,6 +224,31 @@ TEST(MatcherTest, StackExplosionIsADeadEndNotAHang) {
   EXPECT_TRUE(Matches(*g, "aaaaaa"));
 }
 
+// Found by grammar_fuzz: every character opens one more root* that may close or continue, so few
+// distinct stacks (after duplicates merge) come from raw copies that grow with the square of the
+// text; without max_expansion 256 characters took seconds under the sanitizers.
+TEST(MatcherTest, AmbiguousRecursionEndsAtTheExpansionBudget) {
+  const auto accepted = [](size_t max_expansion) {
+    MatchLimits limits;
+    limits.max_expansion = max_expansion;
+    auto parsed = ParseGbnf("root ::= [a-z] root*\n");
+    EXPECT_TRUE(parsed.ok());
+    auto g = Grammar::FromParsed(*parsed, limits);
+    GrammarState st = g->Start();
+    int n = 0;
+    while (n < 256 && g->Advance(&st, "a")) ++n;
+    EXPECT_LE(st.num_stacks(), limits.max_stacks);
+    return n;
+  };
+  const int full = accepted(MatchLimits{}.max_expansion);
+  EXPECT_GE(full, 20);  // text of ordinary length is accepted
+  EXPECT_LT(full, 256);
+  EXPECT_LT(accepted(2048), full);  // the budget, not another limit, ends it
+  // An unambiguous grammar of the same language takes all of it.
+  auto plain = MustCompile("root ::= [a-z]+\n");
+  EXPECT_TRUE(Matches(*plain, std::string(256, 'a')));
+}
+
 // --- JSON schema ---------------------------------------------------------------------------------
 
 TEST(JsonSchemaTest, NestedObjectsRequiredAndOptional) {

@@ -130,10 +130,13 @@ bool Grammar::MatchRange(uint32_t pos, uint32_t lo, uint32_t hi) const {
   return covered_to <= hi;
 }
 
-bool Grammar::Expand(std::vector<uint32_t>* stack, std::vector<std::vector<uint32_t>>* out) const {
-  // Raw (pre-dedup) output bound: only pathological grammars get near it.
+bool Grammar::Expand(std::vector<uint32_t>* stack, std::vector<std::vector<uint32_t>>* out, size_t* budget) const {
+  // Raw (pre-dedup) output bounds: only pathological grammars get near them.
   if (out->size() > limits_.max_stacks * 64) return false;
   if (stack->empty() || IsCharElement(stack->back())) {
+    const size_t cost = stack->size() + 1;
+    if (cost > *budget) return false;
+    *budget -= cost;
     out->push_back(*stack);
     return true;
   }
@@ -146,10 +149,10 @@ bool Grammar::Expand(std::vector<uint32_t>* stack, std::vector<std::vector<uint3
   for (uint32_t i = alt_begin_[rule]; i < alt_begin_[rule + 1] && ok; ++i) {
     uint32_t a = alts_[i];
     if (IsRuleEnd(a)) {
-      ok = Expand(stack, out);
+      ok = Expand(stack, out, budget);
     } else if (stack->size() + 1 <= limits_.max_stack_depth) {
       stack->push_back(a);
-      ok = Expand(stack, out);
+      ok = Expand(stack, out, budget);
       stack->pop_back();
     }
   }
@@ -167,12 +170,13 @@ static bool Normalize(std::vector<std::vector<uint32_t>>* stacks, size_t max_sta
 bool Grammar::AcceptCodePoint(std::vector<std::vector<uint32_t>>* stacks, uint32_t cp) const {
   std::vector<std::vector<uint32_t>> next;
   std::vector<uint32_t> s;
+  size_t budget = limits_.max_expansion;
   for (const auto& stack : *stacks) {
     uint32_t end;
     if (stack.empty() || !MatchChar(stack.back(), cp, &end)) continue;
     s.assign(stack.begin(), stack.end() - 1);
     if (!IsRuleEnd(end)) s.push_back(end);
-    if (!Expand(&s, &next)) return false;
+    if (!Expand(&s, &next, &budget)) return false;
   }
   if (!Normalize(&next, limits_.max_stacks)) return false;
   *stacks = std::move(next);
@@ -192,10 +196,11 @@ bool Grammar::PartialPossible(const std::vector<std::vector<uint32_t>>& stacks,
 GrammarState Grammar::Start() const {
   GrammarState state;
   std::vector<uint32_t> s;
+  size_t budget = limits_.max_expansion;
   for (uint32_t i = alt_begin_[root_]; i < alt_begin_[root_ + 1]; ++i) {
     s.clear();
     if (!IsRuleEnd(alts_[i])) s.push_back(alts_[i]);
-    if (!Expand(&s, &state.stacks_)) {
+    if (!Expand(&s, &state.stacks_, &budget)) {
       state.stacks_.clear();
       return state;
     }
