@@ -133,8 +133,9 @@ class SamplingFixture : public ::testing::Test {
   }
 
   // The check on positions 1-3 of 5-token generations, with `verify` as the verification rule.
+  // Negative controls pass kTrials: a check that must fail keeps its full power in every build.
   testing::SamplingCheck Check(Drafter* drafter, const SamplingParams& params, VerifyFn verify = &Verify,
-                               int trials = kTrials) {
+                               int trials = testing::PassingCheckTrials(kTrials)) {
     BatchEngineOptions o;
     o.n_ctx = 64;
     o.schedule.n_max = kNMax;
@@ -260,7 +261,7 @@ INSTANTIATE_TEST_SUITE_P(EveryDrafter, LosslessSampling, ::testing::ValuesIn(Eve
 // The check itself passes plain sampling (no drafter), so its failures below are the bugs'.
 TEST_F(LosslessSamplingControls, PlainSamplingPassesTheCheck) {
   for (const SamplingParams& params : {kUnfiltered, kFiltered, kPenalized, kKeyed}) {
-    const testing::SamplingCheck c = Check(nullptr, params, &Verify, testing::PassingCheckTrials(kTrials));
+    const testing::SamplingCheck c = Check(nullptr, params);
     EXPECT_TRUE(c.passed()) << c.Describe();
   }
 }
@@ -272,7 +273,8 @@ TEST_P(LosslessSamplingNegativeControls, BrokenSpeculativeSamplingFailsTheCheck)
   const auto broken = testing::ParseVerifierBug(bug);
   auto drafter = MakeDrafter(broken ? "draft-model" : bug);
   ASSERT_NE(drafter, nullptr);
-  const testing::SamplingCheck c = Check(drafter.get(), kFiltered, broken ? testing::BrokenVerifier(*broken) : &Verify);
+  const testing::SamplingCheck c =
+      Check(drafter.get(), kFiltered, broken ? testing::BrokenVerifier(*broken) : &Verify, kTrials);
   EXPECT_FALSE(c.passed()) << bug << " passed: " << c.Describe();
   EXPECT_GT(c.stats.num_draft_tokens, 0) << bug;
   std::printf("%s: %s\n", bug.c_str(), c.Describe().c_str());  // how clearly it fails
