@@ -157,7 +157,7 @@ fuzz: deps
 # in well under half of gcc's time, and its instrumentation runs faster. -O1 without debug
 # information keeps the build and the run short (reports name functions; rebuild with -g for lines).
 # Checks of sampled distributions that must pass run a fifth of their trials here
-# (spec/testing/sampling_check.h).
+# (speculative/testing/sampling_check.h).
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$(CURDIR)/tests/fuzz/ubsan.supp
 test-asan: deps
@@ -169,7 +169,7 @@ test-asan: deps
 
 # ThreadSanitizer build of the concurrent parts (HTTP server, continuous batching, thread pool):
 # their tests must run without a race report. Not part of `make test` (a separate, slow build).
-TSAN_TESTS := util_test spec_test lossless_test server_test server_faults_test
+TSAN_TESTS := util_test speculative_test lossless_test server_test server_faults_test
 tsan: deps
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -DDSPARK_SANITIZE=thread >/dev/null

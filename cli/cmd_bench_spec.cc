@@ -13,8 +13,8 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "spec/engine.h"
-#include "spec/speculation.h"
+#include "speculative/engine.h"
+#include "speculative/speculation.h"
 #include "util/progress.h"
 #include "util/svg_plot.h"
 
@@ -52,8 +52,9 @@ Result<std::vector<Axis>> ParseSweeps(const std::vector<std::string>& sweeps) {
     if (eq == std::string::npos) return InvalidArgument("bench: --sweep '{}' must look like key=v1,v2,...", s);
     Axis a;
     a.key = s.substr(0, eq);
-    if (a.key != "n-max" && a.key != "p-min" && a.key != "n-min" && a.key != "adaptive" && a.key != "cost")
-      return InvalidArgument("bench: unknown sweep key '{}' (n-max, p-min, n-min, adaptive, cost)", a.key);
+    if (a.key != "n-max" && a.key != "p-min" && a.key != "n-min" && a.key != "adaptive" && a.key != "cost" &&
+        a.key != "branches")
+      return InvalidArgument("bench: unknown sweep key '{}' (n-max, p-min, n-min, adaptive, cost, branches)", a.key);
     std::stringstream ss(s.substr(eq + 1));
     std::string item;
     while (std::getline(ss, item, ',')) {
@@ -139,6 +140,7 @@ int RunSpecBench(const SpecBenchFlags& f) {
       if (k == "p-min") so.p_min = static_cast<float>(v);
       if (k == "n-min") so.n_min = static_cast<int>(v);
       if (k == "adaptive") so.adaptive = v != 0;
+      if (k == "branches") so.branches = static_cast<int>(v);
     }
     // cost=1: verify the prefix maximising expected tokens per ms; cost=0: the cut; no cost axis:
     // the library's default for this drafter (BuildSpeculation).

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "spec/drafters/factory.h"
-#include "spec/scheduler.h"
+#include "speculative/drafters/factory.h"
+#include "speculative/scheduler.h"
 
 namespace dspark::cli {
 

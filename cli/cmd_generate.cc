@@ -11,10 +11,10 @@
 #include "serve/chat_prompt.h"
 #include "util/escapes.h"
 #include "util/log.h"
-#include "spec/drafters/factory.h"
-#include "spec/speculation.h"
-#include "spec/engine.h"
-#include "spec/testing/broken_verifiers.h"
+#include "speculative/drafters/factory.h"
+#include "speculative/speculation.h"
+#include "speculative/engine.h"
+#include "speculative/testing/broken_verifiers.h"
 
 namespace dspark::cli {
 
@@ -49,7 +49,7 @@ struct GenerateFlags {
   std::string schedule_mode;  // --spec-schedule: cut | cost; empty = cost with a confidence head
   bool compare = false;
   bool verbose = false;
-  // --debug-verifier: a deliberately broken verification rule (spec/testing/broken_verifiers.h),
+  // --debug-verifier: a deliberately broken verification rule (speculative/testing/broken_verifiers.h),
   // so that a test can show --compare catching outputs that differ.
   std::string debug_verifier;
 };
@@ -260,6 +260,7 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_flag("--ignore-eos", f->ignore_eos, "Do not stop at end-of-generation tokens");
   sub->add_option("--spec-draft-n-max", f->schedule.n_max, "Most tokens drafted per step")->capture_default_str()->check(CLI::Range(1, 64));
   sub->add_option("--spec-draft-n-min", f->schedule.n_min, "Drop drafts shorter than this")->capture_default_str()->check(CLI::Range(0, 64));
+  sub->add_option("--spec-branches", f->schedule.branches, "Token trees: alternatives per draft token verified as leaves beside the chain where they pay (0: chains)")->capture_default_str()->check(CLI::Range(0, 8));
   sub->add_option("--spec-draft-p-min", f->schedule.p_min, "Stop drafting below this draft probability (draft-dspark: below this confidence)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   sub->add_option("--spec-schedule", f->schedule_mode,
                   "cut: verify the draft up to the p-min cut; cost: verify the prefix maximising expected tokens per "

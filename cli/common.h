@@ -9,7 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "model/model.h"
-#include "spec/drafters/factory.h"
+#include "speculative/drafters/factory.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dspark::cli {

@@ -21,8 +21,8 @@
 
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "spec/engine.h"
-#include "spec/speculation.h"
+#include "speculative/engine.h"
+#include "speculative/speculation.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 #include "util/thread_pool.h"

@@ -1,6 +1,6 @@
 // The Python module `dspark`: speculative decoding with the parameters users of Hugging Face-style
 // speculative decoding know (SpeculativeDecodingEngine), over the same engine, drafters and
-// speculation policy as `dspark generate` (spec/engine.h, spec/speculation.h).
+// speculation policy as `dspark generate` (speculative/engine.h, speculative/speculation.h).
 //
 // Threads: generation runs without the GIL. generate() drives the engine on the calling thread and
 // takes the GIL back only now and then to let Ctrl-C through; stream() drives it on a worker thread
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kernels/cpu_target.h"
-#include "spec/drafters/factory.h"
+#include "speculative/drafters/factory.h"
 #include "util/log.h"
 
 #include "binding.h"

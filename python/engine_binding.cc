@@ -1,5 +1,5 @@
 // SpeculativeDecodingEngine of the module `dspark` (binding.h): Hugging Face-style parameters over
-// the library's engine, drafters and speculation policy (spec/engine.h, spec/speculation.h);
+// the library's engine, drafters and speculation policy (speculative/engine.h, speculative/speculation.h);
 // generate() on the calling thread, stream() through a TokenStream (stream.cc).
 #include <algorithm>
 #include <chrono>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "kernels/cpu_target.h"
-#include "spec/drafters/factory.h"
-#include "spec/speculation.h"
+#include "speculative/drafters/factory.h"
+#include "speculative/speculation.h"
 
 #include "binding.h"
 
@@ -21,7 +21,7 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Engine
 
-// The draft type a file asks for (spec/speculation.h DraftTypeOfFile).
+// The draft type a file asks for (speculative/speculation.h DraftTypeOfFile).
 std::string DraftTypeOf(const std::string& path) {
   CheckReadable(path);  // FileNotFoundError / PermissionError with the path, before the library opens it
   return Unwrap(DraftTypeOfFile(path));
@@ -209,7 +209,7 @@ max_length: the context, prompt + generated tokens (the KV cache size): generate
 draft_length: the most tokens drafted per step (ScheduleOptions.n_max, --spec-draft-n-max).
 temperature, top_p (and top_k, min_p): the sampling used by generate(do_sample=True).
 use_confidence_scheduling, confidence_threshold: the library's speculation policy, as
-    `dspark generate` applies it (spec/speculation.h BuildSpeculation):
+    `dspark generate` applies it (speculative/speculation.h BuildSpeculation):
     True  -> adaptive scheduling (--spec-adaptive): each draft's length is chosen from measured
              acceptance and the target's profiled cost per verified row (plain decoding where
              drafting does not pay); confidence_threshold is p_min (--spec-draft-p-min): drafting

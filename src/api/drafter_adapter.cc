@@ -105,7 +105,7 @@ Result<Draft> DrafterAdapter::Propose(int seq, std::span<const int32_t> context,
   }
 
   // The budget, then the planner's stop rule on the reported confidences, as the engine's own
-  // drafters apply it while drafting (spec/drafters/draft_model.cc).
+  // drafters apply it while drafting (speculative/drafters/draft_model.cc).
   size_t keep = std::min(n, static_cast<size_t>(std::max(params.budget, 0)));
   if (params.stop != nullptr && !p.probs.empty()) {
     size_t kept = 0;

@@ -1,11 +1,11 @@
-// A user-written dspark::api::Drafter behind the engine's Drafter interface (spec/drafter.h).
+// A user-written dspark::api::Drafter behind the engine's Drafter interface (speculative/drafter.h).
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "dspark/drafter.h"
-#include "spec/drafter.h"
+#include "speculative/drafter.h"
 
 namespace dspark::api::detail {
 

@@ -1,5 +1,5 @@
-// dspark::api::Engine: a SpeculativeEngine (spec/engine.h) with its thread pool and the drafter
-// BuildSpeculation (spec/speculation.h) makes from the options, or the user's drafter.
+// dspark::api::Engine: a SpeculativeEngine (speculative/engine.h) with its thread pool and the drafter
+// BuildSpeculation (speculative/speculation.h) makes from the options, or the user's drafter.
 #include <algorithm>
 #include <exception>
 #include <mutex>
@@ -8,9 +8,9 @@
 #include "api/drafter_adapter.h"
 #include "api/internal.h"
 #include "model/kv_cache.h"
-#include "spec/drafters/lookup_first.h"
-#include "spec/engine.h"
-#include "spec/speculation.h"
+#include "speculative/drafters/lookup_first.h"
+#include "speculative/engine.h"
+#include "speculative/speculation.h"
 #include "util/dtype.h"
 #include "util/thread_pool.h"
 
@@ -191,7 +191,7 @@ Engine::Engine(const Model& target, const EngineOptions& options) : impl_(std::m
   if (custom) so.drafter.ngram_first = false;  // applied below, around the user's drafter
 
   e.pool = std::make_unique<ThreadPool>(options.threads > 0 ? options.threads : ThreadPool::DefaultThreadCount());
-  // The library's policy (spec/speculation.h) for the built-in drafters; for a user's drafter the
+  // The library's policy (speculative/speculation.h) for the built-in drafters; for a user's drafter the
   // same call resolves the schedule as for any drafter without a confidence head.
   Speculation spec = detail::Unwrap(BuildSpeculation(std::move(so), model, tok, *e.pool, n_ctx));
   e.drafter = std::move(spec.drafter);

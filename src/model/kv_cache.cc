@@ -92,6 +92,37 @@ Status KvCache::CopyPrefixFrom(const KvCache& from, int src, int dst, int n) {
   return Status::Ok();
 }
 
+Status KvCache::MoveCell(int seq, int from, int to) {
+  DSPARK_TRY(CheckSeq(seq));
+  if (from < 0 || to < 0 || from >= length_[seq] || to >= length_[seq])
+    return InvalidArgument("kv cache: cannot move cell {} to {} in a sequence of {}", from, to, length_[seq]);
+  if (from == to) return Status::Ok();
+  const size_t lane_from = static_cast<size_t>(from) % kTile, lane_to = static_cast<size_t>(to) % kTile;
+  for (int l = 0; l < n_layer_; ++l) {
+    for (int h = 0; h < n_head_kv_; ++h) {
+      std::memcpy(v_ + Offset(l, seq, h, to) * v_row_bytes_, v_ + Offset(l, seq, h, from) * v_row_bytes_, v_row_bytes_);
+      uint8_t* head = k_ + KHeadOffset(l, seq, h);
+      const uint8_t* src = head + static_cast<size_t>(from) / kTile * k_tile_bytes_;
+      uint8_t* dst = head + static_cast<size_t>(to) / kTile * k_tile_bytes_;
+      if (type_ == DType::kQ8_0) {
+        // Per 32-dimension block: the cell's dword in each of the 8 dimension quads, then its scale
+        // (the layout WriteK stores).
+        for (size_t b = 0; b < head_dim_ / kQ8; ++b) {
+          const size_t block = b * ops::kAttentionQ8KeyBlockBytes;
+          for (size_t g = 0; g < kQ8 / 4; ++g)
+            std::memcpy(dst + block + g * 4 * kTile + lane_to * 4, src + block + g * 4 * kTile + lane_from * 4, 4);
+          std::memcpy(dst + block + kQ8 * kTile + lane_to * sizeof(float),
+                      src + block + kQ8 * kTile + lane_from * sizeof(float), sizeof(float));
+        }
+        continue;
+      }
+      for (size_t i = 0; i < head_dim_; ++i)
+        std::memcpy(dst + (i * kTile + lane_to) * elem_, src + (i * kTile + lane_from) * elem_, elem_);
+    }
+  }
+  return Status::Ok();
+}
+
 size_t KvCache::cell_bytes() const {
   return static_cast<size_t>(n_layer_) * n_head_kv_ * (k_tile_bytes_ / kTile + v_row_bytes_);
 }

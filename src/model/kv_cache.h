@@ -43,6 +43,10 @@ class KvCache {
 
   // Keeps the first n cells of `seq` (n <= Length(seq)): drops rejected draft tokens.
   Status Truncate(int seq, int n);
+  // Moves cell `from` of `seq` to cell `to` (keys and values of every layer, exactly), leaving
+  // `from` as it was: after a token tree's verification the accepted branch's cells close up
+  // behind the committed prefix before Truncate drops the rest. Both cells < Length(seq).
+  Status MoveCell(int seq, int from, int to);
   // Makes `dst` an exact copy of `src` (prefix sharing for forks and parallel requests).
   Status Copy(int src, int dst);
   // Makes sequence `dst` hold the first n cells of sequence `src` of `from`, a cache of the same

@@ -244,6 +244,50 @@ TEST(ModelLoad, WrongShapeNamesTensorAndExpectation) {
   EXPECT_NE(m.status().message().find("expected [64, 256]"), std::string::npos) << m.status().message();
 }
 
+// MoveCell moves one cell's keys and values exactly, in every cache layout (the key tiles are
+// transposed; Q8_0 keeps a scale per block and cell).
+TEST(KvCacheMoveCell, MovesKeysAndValuesExactlyInEveryLayout) {
+  SynthSpec spec = TinySpec("qwen3", DType::kF32);
+  spec.head_dim = 32;
+  auto model = Model::Load(WriteTiny(spec, "kv_move"));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const ModelConfig& c = (*model)->config();
+  const size_t k_size = static_cast<size_t>(c.n_head_kv) * c.head_dim, v_size = static_cast<size_t>(c.n_head_kv) * c.head_dim_v;
+  std::vector<std::vector<float>> k(40, std::vector<float>(k_size)), v(40, std::vector<float>(v_size));
+  for (int cell = 0; cell < 40; ++cell) {
+    for (size_t i = 0; i < k_size; ++i) k[cell][i] = std::sin(0.37f * cell + 0.11f * i) * (1 + cell % 3);
+    for (size_t i = 0; i < v_size; ++i) v[cell][i] = std::cos(0.23f * cell + 0.07f * i) * (1 + i % 5);
+  }
+  for (DType type : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+    SCOPED_TRACE(DTypeName(type));
+    // Cell 34 (another key tile) is moved onto cell 5, which held something else.
+    KvCache want(c, 2, 64, type), got(c, 2, 64, type);
+    for (int cell = 0; cell < 40; ++cell) {
+      const int from = cell == 34 ? 5 : cell;
+      for (int l = 0; l < c.n_layer; ++l) {
+        want.Write(l, 1, cell, k[from].data(), v[from].data());
+        got.Write(l, 1, cell, cell == 5 ? k[0].data() : k[from].data(), cell == 5 ? v[0].data() : v[from].data());
+      }
+    }
+    want.Advance(1, 40);
+    got.Advance(1, 40);
+    ASSERT_TRUE(got.MoveCell(1, 34, 5).ok());
+    const auto bytes = [](const void* a, const void* b) {
+      return static_cast<size_t>(static_cast<const uint8_t*>(b) - static_cast<const uint8_t*>(a));
+    };
+    // One head's key tiles: the span between sequence 0's and 1's, over the heads.
+    const size_t k_head = bytes(want.KTiles(0, 0, 0), want.KTiles(0, 1, 0)) / c.n_head_kv;
+    const size_t v_cells = bytes(want.V(0, 1, 0, 0), want.V(0, 1, 0, 40));
+    for (int l = 0; l < c.n_layer; ++l) {
+      for (int h = 0; h < c.n_head_kv; ++h) {
+        ASSERT_EQ(0, std::memcmp(want.V(l, 1, h, 0), got.V(l, 1, h, 0), v_cells)) << "layer " << l << " head " << h;
+        ASSERT_EQ(0, std::memcmp(want.KTiles(l, 1, h), got.KTiles(l, 1, h), k_head)) << "layer " << l << " head " << h;
+      }
+    }
+    EXPECT_FALSE(got.MoveCell(1, 40, 5).ok());  // past the sequence's length
+  }
+}
+
 }  // namespace
 }  // namespace dspark
 

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "spec/batch_engine.h"
+#include "speculative/batch_engine.h"
 
 namespace dspark::serve {
 

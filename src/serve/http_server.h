@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "spec/batch_engine.h"
+#include "speculative/batch_engine.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "serve/engine_loop.h"
-#include "spec/stats.h"
+#include "speculative/stats.h"
 
 namespace dspark::serve {
 

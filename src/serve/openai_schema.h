@@ -14,7 +14,7 @@
 
 #include "sampling/sampling.h"
 #include "serve/tool_calls.h"
-#include "spec/stats.h"
+#include "speculative/stats.h"
 #include "template/chat_template.h"
 
 namespace dspark::serve {

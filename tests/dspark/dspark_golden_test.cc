@@ -18,8 +18,8 @@
 
 #include "dspark/dspark_models.h"
 #include "model/testing/tiny_models.h"
-#include "spec/drafters/dspark_drafter.h"
-#include "spec/drafters/factory.h"
+#include "speculative/drafters/dspark_drafter.h"
+#include "speculative/drafters/factory.h"
 
 namespace dspark {
 namespace {

@@ -10,13 +10,13 @@
 
 #include "dspark/dspark_models.h"
 #include "model/quantize.h"
-#include "spec/batch_engine.h"
-#include "spec/drafters/dspark_drafter.h"
-#include "spec/drafters/factory.h"
+#include "speculative/batch_engine.h"
+#include "speculative/drafters/dspark_drafter.h"
+#include "speculative/drafters/factory.h"
 #include "model/testing/tiny_models.h"
-#include "spec/engine.h"
-#include "spec/planner.h"
-#include "spec/testing/sampling_check.h"
+#include "speculative/engine.h"
+#include "speculative/planner.h"
+#include "speculative/testing/sampling_check.h"
 
 namespace dspark {
 namespace {
@@ -429,6 +429,69 @@ TEST_F(DSpark, BatchedProposalsEqualProposalsOneAtATime) {
       for (size_t i = 1; i < requests.size(); ++i) EXPECT_TRUE(got[i].ok()) << name << " seq " << i;
     }
   }
+}
+
+// Forwards to a drafter and records every proposal's context, budget and draft.
+class RecordingDrafter final : public Drafter {
+ public:
+  struct Proposal {
+    std::vector<int32_t> context, tokens;
+    int budget = 0;
+  };
+  explicit RecordingDrafter(Drafter* inner) : inner_(inner) {}
+  std::string_view Name() const override { return inner_->Name(); }
+  DrafterNeeds Needs() const override { return inner_->Needs(); }
+  Status Begin(int seq) override { return inner_->Begin(seq); }
+  Status ObserveTaps(int seq, const TapRows& rows) override { return inner_->ObserveTaps(seq, rows); }
+  Status Prefill(int seq, std::span<const int32_t> context) override { return inner_->Prefill(seq, context); }
+  Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override {
+    Result<Draft> d = inner_->Propose(seq, context, params, rng);
+    if (d.ok()) proposals.push_back({{context.begin(), context.end()}, d->tokens, params.budget});
+    return d;
+  }
+  void End(int seq) override { inner_->End(seq); }
+  std::vector<Proposal> proposals;
+
+ private:
+  Drafter* inner_;
+};
+
+// Token trees: where a leaf is accepted, the drafter is handed the target features of the
+// committed path (the chain's rows, then the leaf's), so every later proposal is the one a fresh
+// drafter fed the same committed tokens makes; and the output is plain decoding's.
+TEST_F(DSpark, TokenTreesStayLosslessAndFeedTheDrafterTheCommittedPath) {
+  const int n = 24;
+  int64_t leaves_accepted = 0;
+  for (const char* name : {"anchor_first", "bonus_d2t", "long_block"}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const auto prompt = Prompt(variant);
+      const auto want = ReferenceGreedy(*target_.model, pool_, prompt, n);
+      for (int branches : {1, 3}) {
+        auto d = Create(name);
+        ASSERT_TRUE(d.ok()) << d.status().message();
+        RecordingDrafter recording(d->get());
+        ScheduleOptions so;
+        so.n_max = 8;
+        so.branches = branches;
+        const GenerateResult r = Run(&recording, prompt, n, so);
+        ASSERT_EQ(r.ids, want) << name << " branches " << branches << " prompt " << variant;
+        leaves_accepted += r.stats.num_leaf_accepted;
+        ASSERT_FALSE(recording.proposals.empty());
+        for (const RecordingDrafter::Proposal& p : recording.proposals) {
+          auto fresh = Create(name);
+          ASSERT_TRUE(fresh.ok());
+          FeedPrompt(fresh->get(), 0, p.context);
+          DraftParams dp;
+          dp.budget = p.budget;
+          Rng rng(1);
+          auto again = (*fresh)->Propose(0, p.context, dp, rng);
+          ASSERT_TRUE(again.ok()) << again.status().message();
+          EXPECT_EQ(again->tokens, p.tokens) << name << " after " << p.context.size() << " tokens, prompt " << variant;
+        }
+      }
+    }
+  }
+  EXPECT_GT(leaves_accepted, 5);
 }
 
 TEST(DSparkSchedule, CostModeVerifiesThePrefixMaximisingTokensPerMs) {

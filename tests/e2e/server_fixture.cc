@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "model/testing/tiny_models.h"
-#include "spec/drafters/factory.h"
+#include "speculative/drafters/factory.h"
 
 namespace dspark::serve {
 

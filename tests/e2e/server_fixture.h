@@ -15,8 +15,8 @@
 
 #include "model/model.h"
 #include "serve/http_server.h"
-#include "spec/batch_engine.h"
-#include "spec/drafter.h"
+#include "speculative/batch_engine.h"
+#include "speculative/drafter.h"
 #include "tokenizer/tokenizer.h"
 #include "util/thread_pool.h"
 

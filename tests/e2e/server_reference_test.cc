@@ -16,7 +16,7 @@
 #include "e2e/server_fixture.h"
 #include "model/testing/tiny_models.h"
 #include "sampling/sampling.h"
-#include "spec/engine.h"
+#include "speculative/engine.h"
 
 namespace dspark::serve {
 namespace {

@@ -8,8 +8,8 @@
 #include "golden/golden_logits.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "spec/drafters/dspark_drafter.h"
-#include "spec/drafters/factory.h"
+#include "speculative/drafters/dspark_drafter.h"
+#include "speculative/drafters/factory.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dspark {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "model/testing/tiny_models.h"
-#include "spec/drafters/draft_model.h"
-#include "spec/engine.h"
+#include "speculative/drafters/draft_model.h"
+#include "speculative/engine.h"
 
 namespace dspark::lossless {
 
@@ -49,6 +49,8 @@ class Lossless : public ::testing::Test {
                      SamplingParams sampling = {}, std::vector<std::string> stop = {}) {
     ScheduleOptions so;
     so.n_max = n_max;
+    so.branches = branches_;
+    so.adaptive = adaptive_;
     SpeculativeEngine engine(*target_.model, *target_.tok, pool_, n_ctx, drafter, so);
     GenerateOptions go;
     go.max_new_tokens = n;
@@ -70,6 +72,8 @@ class Lossless : public ::testing::Test {
   static inline std::string target_path_, other_path_, q8_path_;
   Loaded target_;
   ThreadPool pool_{2};
+  int branches_ = 0;       // Run's token-tree alternatives per draft token
+  bool adaptive_ = false;  // Run's schedule: adaptive instead of fixed
 };
 
 }  // namespace dspark::lossless

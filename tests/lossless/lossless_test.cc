@@ -13,14 +13,14 @@
 #include "kernels/test_hooks.h"
 #include "model/synth.h"
 #include "model/testing/tiny_models.h"
-#include "spec/drafters/draft_model.h"
-#include "spec/drafters/factory.h"
-#include "spec/drafters/lookup_first.h"
-#include "spec/drafters/ngram.h"
-#include "spec/batch_engine.h"
-#include "spec/drafters/synthetic.h"
-#include "spec/engine.h"
-#include "spec/planner.h"
+#include "speculative/drafters/draft_model.h"
+#include "speculative/drafters/factory.h"
+#include "speculative/drafters/lookup_first.h"
+#include "speculative/drafters/ngram.h"
+#include "speculative/batch_engine.h"
+#include "speculative/drafters/synthetic.h"
+#include "speculative/engine.h"
+#include "speculative/planner.h"
 
 #include "lossless_fixture.h"
 
@@ -65,6 +65,41 @@ TEST_F(Lossless, GreedyEqualsPlainForEveryDrafterAndDraftLength) {
       }
     }
   }
+}
+
+// Token trees (--spec-branches): each draft token's alternatives verified as leaves beside the
+// chain, an accepted leaf's cell moved behind the chain's, under fixed and adaptive schedules.
+TEST_F(Lossless, TokenTreesGreedyEqualPlain) {
+  const int n = 40;
+  int64_t leaves = 0, leaves_accepted = 0;
+  for (int variant = 0; variant < 3; ++variant) {
+    const auto prompt = Prompt(variant);
+    const auto want = ReferenceGreedy(*target_.model, pool_, prompt, n, 256);
+    for (int branches : {1, 3}) {
+      for (bool adaptive : {false, true}) {
+        branches_ = branches;
+        adaptive_ = adaptive;
+        for (int n_max : {1, 3, 8}) {
+          std::map<std::string, std::unique_ptr<Drafter>> drafters;
+          drafters["draft-other"] = DraftModel(other_path_, 256);
+          drafters["draft-q8"] = DraftModel(q8_path_, 256);
+          drafters["ngram+draft"] = std::make_unique<LookupFirstDrafter>(NgramOptions{2, 3}, DraftModel(other_path_, 256));
+          for (auto& [name, d] : drafters) {
+            const GenerateResult r = Run(d.get(), prompt, n, n_max);
+            ASSERT_EQ(r.ids, want) << name << " branches " << branches << (adaptive ? " adaptive" : "") << " n_max "
+                                   << n_max << " prompt " << variant;
+            EXPECT_LE(r.stats.num_target_calls, 1 + n) << name;
+            if (!adaptive) EXPECT_LE(r.stats.num_leaf_tokens, branches * r.stats.num_draft_tokens) << name;
+            leaves += r.stats.num_leaf_tokens;
+            leaves_accepted += r.stats.num_leaf_accepted;
+          }
+        }
+      }
+    }
+  }
+  // The leaves were verified and often taken: the outputs above went through accepted leaves.
+  EXPECT_GT(leaves, 0);
+  EXPECT_GT(leaves_accepted, 20) << "of " << leaves << " leaves";
 }
 
 // Mixture-of-experts targets (qwen3moe, llama with experts as Mixtral stores them, and deepseek2
@@ -255,8 +290,9 @@ TEST_F(Lossless, EosInsideADraftEndsWhereReferenceEnds) {
 TEST_F(Lossless, ManySequencesInOneBatchEqualTheirSoloOutputs) {
   // 16 requests over 5 slots: newcomers join between steps, prefill chunks share passes with
   // other sequences' verification rows, and each output must equal its solo reference.
-  for (const bool adaptive : {false, true}) {
-    Loaded d = Load(q8_path_);
+  // With token trees, leaf rows share passes with other sequences' chains and prompt chunks.
+  for (const auto& [adaptive, branches] : {std::pair{false, 0}, std::pair{true, 0}, std::pair{false, 2}}) {
+    Loaded d = Load(branches > 0 ? other_path_ : q8_path_);
     auto drafter = DraftModelDrafter::Create(std::move(d.model), *d.tok, *target_.tok, pool_, 256, 16, 5);
     ASSERT_TRUE(drafter.ok());
     BatchEngineOptions bo;
@@ -265,6 +301,7 @@ TEST_F(Lossless, ManySequencesInOneBatchEqualTheirSoloOutputs) {
     bo.prefill_chunk = 7;
     bo.schedule.n_max = 6;
     bo.schedule.adaptive = adaptive;
+    bo.schedule.branches = branches;
     BatchEngine engine(*target_.model, *target_.tok, pool_, bo, drafter->get());
     std::vector<std::vector<int32_t>> prompts, outputs(16);
     for (int r = 0; r < 16; ++r) {
@@ -280,10 +317,14 @@ TEST_F(Lossless, ManySequencesInOneBatchEqualTheirSoloOutputs) {
     ASSERT_TRUE(engine.RunUntilIdle().ok());
     for (int r = 0; r < 16; ++r) {
       EXPECT_EQ(outputs[r], ReferenceGreedy(*target_.model, pool_, prompts[r], 12 + r % 9, 256))
-          << "request " << r << (adaptive ? " adaptive" : "");
+          << "request " << r << (adaptive ? " adaptive" : "") << " branches " << branches;
     }
-    if (!adaptive) {
+    // The Q8_0 copy's drafts are accepted; the other model's rarely, but its alternatives are.
+    if (!adaptive && branches == 0) {
       EXPECT_GT(engine.cumulative_stats().num_accepted_tokens, 0);
+    }
+    if (branches > 0) {
+      EXPECT_GT(engine.cumulative_stats().num_leaf_accepted, 0);
     }
   }
 }

@@ -9,10 +9,10 @@
 
 #include "grammar/gbnf.h"
 #include "grammar/matcher.h"
-#include "spec/batch_engine.h"
-#include "spec/drafters/lookup_first.h"
-#include "spec/drafters/ngram.h"
-#include "spec/drafters/synthetic.h"
+#include "speculative/batch_engine.h"
+#include "speculative/drafters/lookup_first.h"
+#include "speculative/drafters/ngram.h"
+#include "speculative/drafters/synthetic.h"
 
 #include "lossless_fixture.h"
 

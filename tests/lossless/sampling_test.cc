@@ -1,6 +1,6 @@
 // Speculative sampling is lossless in distribution: for every drafter, with and without the
 // sampling filters, the joint distribution of sampled tokens equals plain sampling's exactly (χ²,
-// spec/testing/sampling_check.h), and every deliberately broken verifier fails the same check.
+// speculative/testing/sampling_check.h), and every deliberately broken verifier fails the same check.
 // Runs on tiny random-weight models.
 #include <gtest/gtest.h>
 
@@ -13,15 +13,15 @@
 #include "grammar/matcher.h"
 #include "model/testing/tiny_models.h"
 #include "sampling/sampling.h"
-#include "spec/batch_engine.h"
-#include "spec/drafters/draft_model.h"
-#include "spec/drafters/lookup_first.h"
-#include "spec/drafters/ngram.h"
-#include "spec/drafters/synthetic.h"
-#include "spec/engine.h"
-#include "spec/testing/broken_verifiers.h"
-#include "spec/testing/sampling_check.h"
-#include "spec/verifier.h"
+#include "speculative/batch_engine.h"
+#include "speculative/drafters/draft_model.h"
+#include "speculative/drafters/lookup_first.h"
+#include "speculative/drafters/ngram.h"
+#include "speculative/drafters/synthetic.h"
+#include "speculative/engine.h"
+#include "speculative/testing/broken_verifiers.h"
+#include "speculative/testing/sampling_check.h"
+#include "speculative/verifier.h"
 
 namespace dspark {
 namespace {
@@ -32,7 +32,7 @@ Loaded Load(const std::string& path) { return testing::LoadModelForTest(path); }
 using testing::ReferenceGreedy;
 
 // Speculative sampling against the exact distribution of plain sampling
-// (spec/testing/sampling_check.h), for every drafter with and without the sampling filters, and
+// (speculative/testing/sampling_check.h), for every drafter with and without the sampling filters, and
 // the negative controls: every deliberately broken verifier must fail the same check.
 struct SamplingCase {
   std::string drafter;  // draft-model, ngram, ngram+draft-model, synthetic, unfiltered-q
@@ -134,11 +134,13 @@ class SamplingFixture : public ::testing::Test {
 
   // The check on positions 1-3 of 5-token generations, with `verify` as the verification rule.
   // Negative controls pass kTrials: a check that must fail keeps its full power in every build.
+  // `branches`: token-tree alternatives per draft token (ScheduleOptions::branches).
   testing::SamplingCheck Check(Drafter* drafter, const SamplingParams& params, VerifyFn verify = &Verify,
-                               int trials = testing::PassingCheckTrials(kTrials)) {
+                               int trials = testing::PassingCheckTrials(kTrials), int branches = 0) {
     BatchEngineOptions o;
     o.n_ctx = 64;
     o.schedule.n_max = kNMax;
+    o.schedule.branches = branches;
     o.verify = verify;
     SpeculativeEngine engine(*target_.model, *target_.tok, pool_, o, drafter);
     const auto exact = testing::ExactJointDistribution(*target_.model, pool_, kPrompt, params, 1, 3);
@@ -238,6 +240,19 @@ TEST_F(LosslessSamplingControls, GrammarConstrainedSamplingMatchesTheExactMasked
   }
 }
 
+// Token trees (--spec-branches): alternatives verified beside each draft token, a leaf accepted
+// where its draft token was rejected, and sampled output still follows the target exactly.
+TEST_F(LosslessSamplingControls, TokenTreeSamplingMatchesTheExactPlainDistribution) {
+  for (const SamplingParams& params : {kUnfiltered, kFiltered, kKeyed}) {
+    auto drafter = MakeDrafter("draft-model");
+    const testing::SamplingCheck c = Check(drafter.get(), params, &Verify, testing::PassingCheckTrials(kTrials), 2);
+    EXPECT_TRUE(c.passed()) << c.Describe();
+    // The leaves were verified, and accepted often: the check saw the tree's paths.
+    EXPECT_GT(c.stats.num_leaf_tokens, 0);
+    EXPECT_GT(c.stats.num_leaf_accepted, c.stats.num_drafts / 50) << c.Describe();
+  }
+}
+
 std::vector<SamplingCase> EveryDrafter() {
   std::vector<SamplingCase> out;
   for (const char* d : {"draft-model", "ngram", "ngram+draft-model", "synthetic"}) {
@@ -273,8 +288,10 @@ TEST_P(LosslessSamplingNegativeControls, BrokenSpeculativeSamplingFailsTheCheck)
   const auto broken = testing::ParseVerifierBug(bug);
   auto drafter = MakeDrafter(broken ? "draft-model" : bug);
   ASSERT_NE(drafter, nullptr);
+  // A tree's bug shows only where alternatives are verified.
+  const int branches = broken == testing::VerifierBug::kLeafAgainstP ? 2 : 0;
   const testing::SamplingCheck c =
-      Check(drafter.get(), kFiltered, broken ? testing::BrokenVerifier(*broken) : &Verify, kTrials);
+      Check(drafter.get(), kFiltered, broken ? testing::BrokenVerifier(*broken) : &Verify, kTrials, branches);
   EXPECT_FALSE(c.passed()) << bug << " passed: " << c.Describe();
   EXPECT_GT(c.stats.num_draft_tokens, 0) << bug;
   std::printf("%s: %s\n", bug.c_str(), c.Describe().c_str());  // how clearly it fails

@@ -90,7 +90,7 @@ class DflashModel {
  public:
   // Opens `path` and checks it against the target: architecture, draft width, tapped layers, mask
   // token, every tensor's shape. Errors name the file and the key or tensor at fault. (Whether the
-  // draft suits a --spec-type, and its tokenizer, are the drafter's checks: spec/drafters.)
+  // draft suits a --spec-type, and its tokenizer, are the drafter's checks: speculative/drafters.)
   static Result<std::unique_ptr<DflashModel>> Load(const std::string& path, const Model& target,
                                                    const DflashLoadOptions& options = {});
   static Result<std::unique_ptr<DflashModel>> FromFile(std::shared_ptr<const gguf::File> file, const Model& target,
