@@ -2,6 +2,7 @@
 // traits that let the shared forward pass serve every dense architecture without knowing its name.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -108,6 +109,13 @@ struct ModelConfig {
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
   int v_dim() const { return n_head_kv * head_dim_v; }
+  // The widest dense SwiGLU a pass runs: the FFN (n_ff) where some block is dense, DeepSeek's
+  // shared experts (n_shared x n_ff_exp). A mixture-only model's feed_forward_length sizes nothing,
+  // and no tensor bounds it: scratch sized by it would be whatever the file claims.
+  int64_t dense_ffn_width() const {
+    const bool dense_blocks = !moe.enabled() || moe.n_leading_dense > 0;
+    return std::max<int64_t>(dense_blocks ? n_ff : 0, static_cast<int64_t>(moe.n_shared) * moe.n_ff_exp);
+  }
 };
 
 }  // namespace dspark

@@ -153,9 +153,10 @@ struct Scratch {
     v.resize(rows * c.v_dim());
     att.resize(rows * c.n_head * c.head_dim_v);
     tmp.resize(rows * c.n_embd);
-    gate.resize(rows * c.n_ff);
-    up.resize(rows * c.n_ff);
-    fused.resize(rows * std::max<size_t>(c.q_dim() + c.kv_dim() + c.v_dim(), 2 * static_cast<size_t>(c.n_ff)));
+    const size_t n_ff = static_cast<size_t>(c.dense_ffn_width());
+    gate.resize(rows * n_ff);
+    up.resize(rows * n_ff);
+    fused.resize(rows * std::max<size_t>(c.q_dim() + c.kv_dim() + c.v_dim(), 2 * n_ff));
     cos_t.resize(rows * c.rope.n_rot / 2);
     sin_t.resize(rows * c.rope.n_rot / 2);
   }
