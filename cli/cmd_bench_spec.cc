@@ -70,8 +70,9 @@ Result<std::vector<Axis>> ParseSweeps(const std::vector<std::string>& sweeps) {
 }
 
 struct Totals {
-  int64_t generated = 0, drafted = 0, accepted = 0, drafts = 0;
+  int64_t generated = 0;
   double decode_ms = 0;
+  SpecStats spec;  // draft and acceptance counts summed over the prompts
   int identical = 0;
   std::vector<double> prompt_tok_s;  // per prompt, in prompt order
   nlohmann::json prompt_stats = nlohmann::json::array();  // per prompt: the median run's statistics
@@ -84,13 +85,11 @@ struct Totals {
       if (plain.prompt_tok_s[i] > 0) worst = std::min(worst, prompt_tok_s[i] / plain.prompt_tok_s[i]);
     return std::isinf(worst) ? 0.0 : worst;
   }
-  double tau() const { return drafts ? 1.0 + double(accepted) / drafts : 1.0; }
+  double tau() const { return spec.tau(); }
   void Add(const GenerateResult& r) {
     generated += r.stats.generated_tokens;
     decode_ms += r.stats.decode_ms;
-    drafted += r.stats.num_draft_tokens;
-    accepted += r.stats.num_accepted_tokens;
-    drafts += r.stats.num_drafts;
+    spec.Merge(r.stats);
     prompt_tok_s.push_back(r.stats.decode_ms > 0 ? r.stats.generated_tokens * 1000.0 / r.stats.decode_ms : 0);
     prompt_stats.push_back(r.stats.ToJson());
   }
@@ -266,7 +265,7 @@ int RunSpecBench(const SpecBenchFlags& f) {
   for (size_t gi = 0; gi < rows.size(); ++gi) {
     const Totals& t = rows[gi];
     const double speedup = plain_totals.tok_s() > 0 ? t.tok_s() / plain_totals.tok_s() : 0;
-    const double acc = t.drafted ? double(t.accepted) / t.drafted : 0;
+    const double acc = t.spec.acceptance_rate();
     const double worst = t.WorstSpeedup(plain_totals);
     const std::string name = name_of(grid[gi]);
     // Sampling: speculation keeps the distribution, not the sample (the draws differ), so equal
@@ -280,8 +279,11 @@ int RunSpecBench(const SpecBenchFlags& f) {
                              {"prompt_tokens_per_second", t.prompt_tok_s}, {"tau", t.tau()},
                              {"acceptance_rate", acc},
                              {"identical", greedy ? nlohmann::json(t.identical) : nlohmann::json(nullptr)},
-                             {"drafted", t.drafted},
-                             {"accepted", t.accepted},
+                             {"drafted", t.spec.num_draft_tokens},
+                             {"accepted", t.spec.num_accepted_tokens},
+                             {"leaves", t.spec.num_leaf_tokens},
+                             {"leaves_reached", t.spec.num_leaf_reached},
+                             {"leaves_accepted", t.spec.num_leaf_accepted},
                              {"prompt_stats", t.prompt_stats}});
     csv << fmt::format("\"{}\",{:.3f},{:.4f},{:.4f},{:.4f},{:.4f},{},{}\n", name, t.tok_s(), speedup, worst, t.tau(),
                        acc, greedy ? std::to_string(t.identical) : std::string(), n_prompts);

@@ -483,12 +483,23 @@ HWY_INLINE void AttentionT(const float* q, int64_t q_stride, int n_q, int heads_
   const float kNegInf = -std::numeric_limits<float>::infinity();
   for (int h = 0; h < n_q; ++h) {
     float* sh = sc + h * n_pad;
-    if (shared < n) {
-      const uint8_t* vis = visible + static_cast<int64_t>(h / heads_per_row) * (n - shared);
-      for (int t = shared; t < n; ++t)
-        if (!vis[t - shared]) sh[t] = kNegInf;
+    const float sink = sinks ? sinks[h % heads_per_row] : kNegInf;
+    if (shared == n) {
+      SoftmaxWithExtra(sh, n, sink);
+      continue;
     }
-    SoftmaxWithExtra(sh, n, sinks ? sinks[h % heads_per_row] : kNegInf);
+    // The softmax runs over the row's visible cells packed behind the shared prefix, then scatters
+    // back (masked cells get 0). A row's visible cells need not be contiguous (a token tree's leaf
+    // sees its ancestors and itself, not the chain between them): packed, each cell's term lands in
+    // the vector lane it has when the row is decoded alone, so the softmax sums, and the row's
+    // result, are bitwise those of plain decoding. Masked cells in place would add only zeros, but
+    // shift the lanes of the cells after them.
+    const uint8_t* vis = visible + static_cast<int64_t>(h / heads_per_row) * (n - shared);
+    int m = shared;
+    for (int t = shared; t < n; ++t)
+      if (vis[t - shared]) sh[m++] = sh[t];
+    SoftmaxWithExtra(sh, m, sink);
+    for (int t = n - 1; t >= shared; --t) sh[t] = vis[t - shared] ? sh[--m] : 0.0f;
   }
 
   // Values, up to 4 heads per pass (4 x 2 accumulators + loads fit the 16 registers of AVX2), 6

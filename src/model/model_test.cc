@@ -97,6 +97,46 @@ TEST_F(TinyQwen3, ExplicitCausalMaskEqualsDefaultAndBidirectionalDiffers) {
   EXPECT_NE(bi->logits[0], causal[0]);  // row 0 now sees the rows after it
 }
 
+// A token tree's leaf sees its ancestors and itself, not the chain rows between them; its logits
+// are bitwise those plain decoding computes for the same token at the same position, as a chain
+// row's are, in every cache type: the engine then commits a leaf's bonus token exactly as plain
+// decoding would.
+TEST_F(TinyQwen3, TokenTreeLeafRowsEqualPlainDecodingBitwise) {
+  const ModelConfig& c = model_->config();
+  const std::vector<int32_t> prefix = {5, 6, 7};
+  for (DType type : {DType::kF32, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(type));
+    // Anchor 8 at position 3, chain 9 10 11 at 4-6, leaves 40 (beside 9) and 41 (beside 11).
+    KvCache tree_cache(c, 1, 64, type);
+    RunAll(tree_cache, 0, prefix, 0);
+    Batch b;
+    const int32_t tokens[] = {8, 9, 10, 11, 40, 41};
+    const int32_t pos[] = {3, 4, 5, 6, 4, 6};
+    const int parent[] = {-1, 0, 1, 2, 0, 2};
+    for (int i = 0; i < 6; ++i) b.Add(tokens[i], pos[i], 0, true);
+    b.mask.assign(36, 0);
+    for (int r = 0; r < 6; ++r)
+      for (int a = r; a >= 0; a = parent[a]) b.mask[r * 6 + a] = 1;
+    auto tree = model_->Forward(b, tree_cache, pool_);
+    ASSERT_TRUE(tree.ok()) << tree.status().message();
+    const size_t v = static_cast<size_t>(c.n_vocab);
+    // Plain decoding of each root-to-node path, one row per pass.
+    const auto plain_last = [&](const std::vector<int32_t>& path) {
+      KvCache cache(c, 1, 64, type);
+      RunAll(cache, 0, prefix, 0);
+      std::vector<float> last;
+      for (size_t i = 0; i < path.size(); ++i) last = RunAll(cache, 0, {path[i]}, 3 + static_cast<int>(i));
+      return last;
+    };
+    const std::vector<std::vector<int32_t>> paths = {{8}, {8, 9}, {8, 9, 10}, {8, 9, 10, 11}, {8, 40}, {8, 9, 10, 41}};
+    for (int r = 0; r < 6; ++r) {
+      const std::vector<float> want = plain_last(paths[r]);
+      ASSERT_EQ(want.size(), v);
+      EXPECT_EQ(0, std::memcmp(tree->logits.data() + r * v, want.data(), v * sizeof(float))) << "row " << r;
+    }
+  }
+}
+
 TEST_F(TinyQwen3, ForkedSequenceContinuesIdentically) {
   const ModelConfig& c = model_->config();
   KvCache cache(c, 2, 64);

@@ -765,7 +765,8 @@ Result<int> BatchEngine::VerifyAndCommit(const std::vector<Sequence*>& decoding,
     } else {
       st.RecordStep(s->k, chain_accepted, {});
     }
-    st.RecordLeaves(static_cast<int>(s->tree.leaves.size()), vr.leaf_row >= 0);
+    const auto [reached_first, reached_end] = s->tree.LeavesAt(chain_accepted);
+    st.RecordLeaves(static_cast<int>(s->tree.leaves.size()), reached_end - reached_first, vr.leaf_row >= 0);
     // A proposal (even one that came to nothing) brought the drafter up to date.
     s->rows_behind = s->asked_drafter ? 0 : s->rows_behind + static_cast<int>(vr.tokens.size());
     // Keep the anchor and the accepted draft tokens (an accepted leaf's cell closes up behind the

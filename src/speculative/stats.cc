@@ -46,6 +46,7 @@ void SpecStats::Merge(const SpecStats& o) {
   num_accepted_tokens += o.num_accepted_tokens;
   num_whole_drafts += o.num_whole_drafts;
   num_leaf_tokens += o.num_leaf_tokens;
+  num_leaf_reached += o.num_leaf_reached;
   num_leaf_accepted += o.num_leaf_accepted;
   GrowTo(accepted_per_pos, o.accepted_per_pos.size());
   GrowTo(drafted_per_pos, o.drafted_per_pos.size());
@@ -98,6 +99,7 @@ nlohmann::json SpecStats::ToJson() const {
   j["accepted"] = num_accepted_tokens;
   j["acceptance_rate"] = acceptance_rate();
   j["leaves"] = num_leaf_tokens;
+  j["leaves_reached"] = num_leaf_reached;
   j["leaves_accepted"] = num_leaf_accepted;
   j["tau"] = tau();
   j["accepted_per_position"] = accepted_per_pos;

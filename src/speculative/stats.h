@@ -22,7 +22,8 @@ struct SpecStats {
   int64_t num_accepted_tokens = 0;
   int64_t num_whole_drafts = 0;     // drafts accepted whole (the target's bonus token followed)
   int64_t num_leaf_tokens = 0;      // token trees: alternatives verified beside draft tokens
-  int64_t num_leaf_accepted = 0;    // of those, accepted in place of a rejected draft token
+  int64_t num_leaf_reached = 0;     // of those, beside a rejected draft token (the ones that could be taken)
+  int64_t num_leaf_accepted = 0;    // of those, accepted in place of the rejected draft token
   std::vector<int64_t> accepted_per_pos;  // [i]: drafts whose token i was accepted
   std::vector<int64_t> drafted_per_pos;   // [i]: drafts that had a token i
   // Calibration, over the drafts whose slot i carried a predicted survival (a confidence head's, or
@@ -42,9 +43,11 @@ struct SpecStats {
 
   // Records one verification step: `drafted` tokens proposed, `accepted` of them kept.
   void RecordStep(int drafted, int accepted, const std::vector<float>& survival);
-  // Records a step's token-tree leaves: `leaves` verified, one of them accepted or not.
-  void RecordLeaves(int leaves, bool accepted) {
+  // Records a step's token-tree leaves: `leaves` verified, `reached` of them beside the rejected
+  // draft token, one of those accepted or not.
+  void RecordLeaves(int leaves, int reached, bool accepted) {
     num_leaf_tokens += leaves;
+    num_leaf_reached += reached;
     num_leaf_accepted += accepted ? 1 : 0;
   }
   void Merge(const SpecStats& other);
