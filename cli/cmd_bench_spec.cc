@@ -281,6 +281,8 @@ int RunSpecBench(const SpecBenchFlags& f) {
                              {"identical", greedy ? nlohmann::json(t.identical) : nlohmann::json(nullptr)},
                              {"drafted", t.spec.num_draft_tokens},
                              {"accepted", t.spec.num_accepted_tokens},
+                             {"whole_drafts", t.spec.num_whole_drafts},
+                             {"drafts", t.spec.num_drafts},
                              {"leaves", t.spec.num_leaf_tokens},
                              {"leaves_reached", t.spec.num_leaf_reached},
                              {"leaves_accepted", t.spec.num_leaf_accepted},

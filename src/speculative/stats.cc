@@ -98,6 +98,7 @@ nlohmann::json SpecStats::ToJson() const {
   j["drafted"] = num_draft_tokens;
   j["accepted"] = num_accepted_tokens;
   j["acceptance_rate"] = acceptance_rate();
+  j["whole_drafts"] = num_whole_drafts;
   j["leaves"] = num_leaf_tokens;
   j["leaves_reached"] = num_leaf_reached;
   j["leaves_accepted"] = num_leaf_accepted;
