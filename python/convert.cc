@@ -102,6 +102,8 @@ py::dict StatsDict(const SpecStats& s, const std::string& stop_reason) {
   d["drafts"] = s.num_drafts;
   d["drafted_tokens"] = s.num_draft_tokens;
   d["accepted_tokens"] = s.num_accepted_tokens;
+  d["leaves"] = s.num_leaf_tokens;
+  d["leaves_accepted"] = s.num_leaf_accepted;
   d["acceptance_rate"] = s.acceptance_rate();
   d["tau"] = s.tau();
   d["acceptance_per_position"] = s.acceptance_per_position();

@@ -44,6 +44,9 @@ struct ScheduleOptions {
   // "cut"), "cut" (the draft up to n_max / p_min) or "cost" (the verified prefix with the best
   // expected tokens per ms; implies adaptive).
   std::string mode;
+  // Token trees (--spec-branches): each draft token's next most likely alternatives verified beside
+  // it in the same pass, in [0, 8] (0: chains); with `adaptive` only those that pay for their rows.
+  int branches = 0;
 };
 
 struct EngineOptions {

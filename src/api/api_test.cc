@@ -148,6 +148,22 @@ TEST(Api, BuiltInDraftersGiveThePlainOutput) {
   }
 }
 
+TEST(Api, TokenTreesGiveThePlainOutput) {
+  ds::EngineOptions o = Threads(1);
+  o.drafter.type = "draft-simple";
+  o.drafter.model = kDraft;
+  o.schedule.n_max = 3;
+  o.schedule.mode = "cut";  // every alternative verified: no dependence on measured timings
+  o.schedule.branches = 2;
+  ds::Engine e(Target(), o);
+  const ds::GenerateResult r = e.Generate(kPrompt, Greedy(40));
+  EXPECT_EQ(r.ids, Reference().ids);
+  EXPECT_GT(r.stats.leaves, 0);
+  EXPECT_LE(r.stats.leaves_accepted, r.stats.leaves);
+  o.schedule.branches = 9;
+  EXPECT_EQ(CodeOf([&] { ds::Engine bad(Target(), o); }), ds::ErrorCode::kInvalidArgument);
+}
+
 // Proposes what its function returns, and records the requests it saw.
 class ScriptedDrafter : public ds::Drafter {
  public:

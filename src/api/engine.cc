@@ -31,6 +31,8 @@ Stats ToApi(const SpecStats& s) {
   o.drafted_tokens = s.num_draft_tokens;
   o.accepted_tokens = s.num_accepted_tokens;
   o.whole_drafts = s.num_whole_drafts;
+  o.leaves = s.num_leaf_tokens;
+  o.leaves_accepted = s.num_leaf_accepted;
   o.drafter_fallbacks = s.num_fallbacks;
   o.acceptance_rate = s.acceptance_rate();
   o.tau = s.tau();
@@ -74,6 +76,8 @@ SpeculationOptions ToSpeculation(const EngineOptions& o) {
     Invalid("EngineOptions::schedule.n_min must be in [0, n_max], got " + std::to_string(s.n_min));
   if (!(s.p_min >= 0.0f && s.p_min < 1.0f))
     Invalid("EngineOptions::schedule.p_min must be in [0, 1), got " + std::to_string(s.p_min));
+  if (s.branches < 0 || s.branches > 8)
+    Invalid("EngineOptions::schedule.branches must be in [0, 8], got " + std::to_string(s.branches));
   const DrafterOptions& d = o.drafter;
   if (d.ngram_min < 1 || d.ngram_max < d.ngram_min)
     Invalid("EngineOptions::drafter: n-gram lengths need 1 <= ngram_min <= ngram_max, got " +
@@ -94,6 +98,7 @@ SpeculationOptions ToSpeculation(const EngineOptions& o) {
   so.schedule.n_min = s.n_min;
   so.schedule.p_min = s.p_min;
   so.schedule.adaptive = s.adaptive;
+  so.schedule.branches = s.branches;
   if (s.mode == "cut") so.mode = ScheduleMode::kCut;
   else if (s.mode == "cost") so.mode = ScheduleMode::kCost;
   else if (!s.mode.empty()) Invalid("EngineOptions::schedule.mode: '" + s.mode + "' is not \"\", \"cut\" or \"cost\"");
