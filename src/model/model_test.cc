@@ -284,14 +284,22 @@ TEST(ModelLoad, WrongShapeNamesTensorAndExpectation) {
   EXPECT_NE(m.status().message().find("expected [64, 256]"), std::string::npos) << m.status().message();
 }
 
+// A tiny qwen3 whose head size (32) a Q8_0 cache can hold; null (with a test failure) if it does
+// not load.
+std::unique_ptr<Model> LoadQ8CacheModel(const std::string& name) {
+  SynthSpec spec = TinySpec("qwen3", DType::kF32);
+  spec.head_dim = 32;
+  auto model = Model::Load(WriteTiny(spec, name));
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
 // MoveCell moves one cell's keys and values exactly, in every cache layout (the key tiles are
 // transposed; Q8_0 keeps a scale per block and cell).
 TEST(KvCacheMoveCell, MovesKeysAndValuesExactlyInEveryLayout) {
-  SynthSpec spec = TinySpec("qwen3", DType::kF32);
-  spec.head_dim = 32;
-  auto model = Model::Load(WriteTiny(spec, "kv_move"));
-  ASSERT_TRUE(model.ok()) << model.status().message();
-  const ModelConfig& c = (*model)->config();
+  const std::unique_ptr<Model> model = LoadQ8CacheModel("kv_move");
+  ASSERT_NE(model, nullptr);
+  const ModelConfig& c = model->config();
   const size_t k_size = static_cast<size_t>(c.n_head_kv) * c.head_dim, v_size = static_cast<size_t>(c.n_head_kv) * c.head_dim_v;
   std::vector<std::vector<float>> k(40, std::vector<float>(k_size)), v(40, std::vector<float>(v_size));
   for (int cell = 0; cell < 40; ++cell) {
@@ -337,18 +345,16 @@ namespace {
 // The Q8_0 cache (int8 with a scale per 32 elements) stays close to the exact F32 cache, copies a
 // sequence exactly (prefix sharing), and rolls back like any other cache.
 TEST(KvCacheQ8, CloseToF32CacheCopiesAndRollsBackExactly) {
-  SynthSpec spec = TinySpec("qwen3", DType::kF32);
-  spec.head_dim = 32;
-  auto model = Model::Load(WriteTiny(spec, "kv_q8"));
-  ASSERT_TRUE(model.ok()) << model.status().message();
-  const ModelConfig& c = (*model)->config();
+  const std::unique_ptr<Model> model = LoadQ8CacheModel("kv_q8");
+  ASSERT_NE(model, nullptr);
+  const ModelConfig& c = model->config();
   ASSERT_TRUE(KvCache::Supports(c, DType::kQ8_0).ok());
   ThreadPool pool(2);
   const auto tokens = Prompt(40, c.n_vocab);
   auto run = [&](KvCache& cache, int seq, int from, int to) {
     Batch b;
     for (int i = from; i < to; ++i) b.Add(tokens[i], i, seq, true);
-    auto o = (*model)->Forward(b, cache, pool);
+    auto o = model->Forward(b, cache, pool);
     EXPECT_TRUE(o.ok());
     return o.ok() ? o->logits : std::vector<float>{};
   };
