@@ -757,7 +757,8 @@ Result<int> BatchEngine::VerifyAndCommit(const std::vector<Sequence*>& decoding,
     st.sample_ms += MsSince(ts0);
     // The chain's own accepted tokens, and the rank of a leaf accepted beside the next one.
     const int chain_accepted = vr.leaf_row >= 0 ? vr.num_accepted - 1 : vr.num_accepted;
-    const int leaf_rank = vr.leaf_row >= 0 ? vr.leaf_row - s->tree.leaves[s->tree.LeavesAt(chain_accepted).first].row : -1;
+    const auto [reached_first, reached_end] = s->tree.LeavesAt(chain_accepted);  // beside the rejected token
+    const int leaf_rank = vr.leaf_row >= 0 ? vr.leaf_row - s->tree.leaves[reached_first].row : -1;
     if (planner_ != nullptr) {
       // The survival the plan predicted for this draft, so the statistics show how well it predicts.
       st.RecordStep(s->k, chain_accepted, planner_->PredictedSurvival(s->slot, s->draft, s->k));
@@ -765,7 +766,6 @@ Result<int> BatchEngine::VerifyAndCommit(const std::vector<Sequence*>& decoding,
     } else {
       st.RecordStep(s->k, chain_accepted, {});
     }
-    const auto [reached_first, reached_end] = s->tree.LeavesAt(chain_accepted);
     st.RecordLeaves(static_cast<int>(s->tree.leaves.size()), reached_end - reached_first, vr.leaf_row >= 0);
     // A proposal (even one that came to nothing) brought the drafter up to date.
     s->rows_behind = s->asked_drafter ? 0 : s->rows_behind + static_cast<int>(vr.tokens.size());
