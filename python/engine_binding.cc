@@ -107,7 +107,7 @@ class Engine {
                                                           : FsPath(draft_model, "draft_model");
       dc.type = draft_type ? *draft_type : DraftTypeOf(c.draft_path);
       dc.draft_model = c.draft_path;
-      if (dc.type == "draft-simple" || dc.type == "draft-dspark" || dc.type == "draft-dflash") CheckReadable(c.draft_path);
+      if (dc.type == "draft-simple" || dc.type == "draft-dspark" || dc.type == "draft-dflash" || dc.type == "draft-eagle3") CheckReadable(c.draft_path);
     } else if (draft_type) {
       dc.type = *draft_type;  // "ngram" needs no model; the model drafters report the missing path
     } else if (prompt_lookup) {
@@ -201,9 +201,9 @@ SpeculativeDecodingEngine(target_model, draft_model=None, tokenizer=None, max_le
 target_model: a GGUF path or a loaded dspark.Model (several engines may share one).
 draft_model: None (plain decoding), a GGUF path or a dspark.Model. The drafter is chosen from
     the file: general.architecture "dflash" is a block drafter ("draft-dspark" when the file has
-    DSpark's Markov head, else "draft-dflash"); any other architecture is a draft model
-    ("draft-simple"), which must have the target's vocabulary (else ValueError naming the first
-    differing token). A dspark.Model given as draft is opened again from its path.
+    DSpark's Markov head, else "draft-dflash"), "eagle3" an EAGLE-3 head ("draft-eagle3"); any
+    other architecture is a draft model ("draft-simple"), which must have the target's
+    vocabulary (else ValueError naming the first differing token). A dspark.Model given as draft is opened again from its path.
 tokenizer: None (the target's own) or a dspark.Tokenizer with exactly the target's vocabulary
     (else ValueError).
 max_length: the context, prompt + generated tokens (the KV cache size): generate() returns at
@@ -222,7 +222,8 @@ use_confidence_scheduling, confidence_threshold: the library's speculation polic
     False -> a fixed schedule: draft_length tokens every step, the cut schedule, p_min 0.
 seed: seeds the sequence of seeds that sampling calls without their own seed use (None: random).
 n_threads: threads of the engine's pool (default: the physical cores).
-draft_type: override the drafter ("draft-simple", "draft-dspark", "draft-dflash", or "ngram",
+draft_type: override the drafter ("draft-simple", "draft-dspark", "draft-dflash", "draft-eagle3",
+    or "ngram",
     prompt lookup without a model, then draft_model may be None).
 prompt_lookup: prompt lookup first, the model drafter where the context does not repeat
     (--spec-ngram-first); without a draft model, prompt lookup alone ("ngram").
@@ -325,7 +326,7 @@ void BindEngine(py::module_& m) {
       .def_property_readonly("device", [](const Engine&) { return "cpu (" + kernels::CpuTargetName() + ")"; },
                              "Where the kernels run: \"cpu (TARGET)\", TARGET the SIMD target they dispatch to.")
       .def_property_readonly("draft_type", [](const Engine& e) { return e.core()->draft_type; },
-                             "none (plain decoding), draft-simple, draft-dspark, draft-dflash or ngram.")
+                             "none (plain decoding), draft-simple, draft-dspark, draft-dflash, draft-eagle3 or ngram.")
       .def_property_readonly("speculative", [](const Engine& e) { return e.core()->spec.drafter != nullptr; })
       .def_property_readonly("max_length", [](const Engine& e) { return e.core()->max_length; })
       .def_property_readonly("draft_length", [](const Engine& e) { return e.core()->draft_length; })

@@ -17,9 +17,10 @@ namespace dspark::api {
 // A built-in drafter (dspark generate's --spec-type and its flags).
 struct DrafterOptions {
   // "none" (plain decoding), "auto" (from `model`: a dflash GGUF with DSpark's Markov head is
-  // draft-dspark, one without draft-dflash, any other model draft-simple), "draft-simple" (a
-  // smaller model with the target's vocabulary), "draft-dspark", "draft-dflash" (block drafters
-  // that read the target's hidden states), "ngram" (prompt lookup, no model).
+  // draft-dspark, one without draft-dflash, an eagle3 GGUF draft-eagle3, any other model
+  // draft-simple), "draft-simple" (a smaller model with the target's vocabulary), "draft-dspark",
+  // "draft-dflash" (block drafters that read the target's hidden states), "draft-eagle3" (an
+  // EAGLE-3 head over three target layers, drafting token by token), "ngram" (prompt lookup).
   std::string type = "none";
   std::string model;  // the drafter's GGUF, for the model drafters
   // Prompt lookup first: where the last n tokens occurred before, propose what followed (free),

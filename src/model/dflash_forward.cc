@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kernels/ops.h"
+#include "model/arch/draft_file.h"
 
 namespace dspark {
 
@@ -294,15 +295,9 @@ void DflashForward::WriteOutputs(std::span<const DflashJob> jobs, std::span<cons
     BlockOutput* out = jobs[j].out;
     out->n_rows = n_blk;
     out->hidden.assign(hidden_.begin() + row0[j] * E, hidden_.begin() + (row0[j] + n_blk) * E);
-    const size_t V = c.n_vocab, Vd = c.n_vocab_draft;
-    if (w.d2t.empty()) {
-      out->logits.assign(logits_.begin() + row0[j] * Vd, logits_.begin() + (row0[j] + n_blk) * Vd);
-    } else {
-      // Reduced vocabulary: logits_full[d2t[k]] = logits_d[k], -inf elsewhere.
-      out->logits.assign(static_cast<size_t>(n_blk) * V, -std::numeric_limits<float>::infinity());
-      for (int i = 0; i < n_blk; ++i)
-        for (size_t k = 0; k < Vd; ++k) out->logits[i * V + w.d2t[k]] = logits_[(row0[j] + i) * Vd + k];
-    }
+    out->logits.resize(static_cast<size_t>(n_blk) * c.n_vocab);
+    ScatterDraftLogits(logits_.data() + static_cast<size_t>(row0[j]) * c.n_vocab_draft, n_blk, w.d2t, c.n_vocab,
+                       out->logits.data());
   }
 }
 

@@ -20,6 +20,54 @@ Result<int> PositiveInt(const gguf::File& f, const std::string& key, int64_t fal
 
 }  // namespace
 
+Status ReadRope(const gguf::File& f, const std::string& arch, int head_dim, int n_ctx_train, RopeStyle style,
+                RopeConfig& r) {
+  auto key = [&](const char* k) { return arch + "." + k; };
+  r.style = style;
+  DSPARK_ASSIGN_OR_RETURN(r.n_rot, PositiveInt(f, key("rope.dimension_count"), head_dim));
+  if (r.n_rot > head_dim || r.n_rot % 2 != 0)
+    return InvalidArgument("model: {}: rope.dimension_count {} must be even and <= head_dim {}", f.path(), r.n_rot,
+                           head_dim);
+  DSPARK_ASSIGN_OR_RETURN(double base, f.GetFloatOr(key("rope.freq_base"), 10000.0));
+  if (!(base > 1)) return InvalidArgument("model: {}: rope.freq_base {} must be > 1", f.path(), base);
+  r.freq_base = static_cast<float>(base);
+
+  // As llama.cpp reads them: the type defaults to linear, the factor falls back to the older
+  // rope.scale_linear, and attn_factor scales cos and sin whatever the type.
+  DSPARK_ASSIGN_OR_RETURN(std::string scaling, f.GetStringOr(key("rope.scaling.type"), "linear"));
+  DSPARK_ASSIGN_OR_RETURN(double factor, f.GetFloatOr(key("rope.scaling.factor"), 0.0));
+  if (factor == 0.0) {
+    DSPARK_ASSIGN_OR_RETURN(factor, f.GetFloatOr(key("rope.scale_linear"), 0.0));
+  }
+  if (factor < 0) return InvalidArgument("model: {}: rope scaling factor {} is negative", f.path(), factor);
+  DSPARK_ASSIGN_OR_RETURN(double attn_factor, f.GetFloatOr(key("rope.scaling.attn_factor"), 1.0));
+  if (!(attn_factor > 0)) return InvalidArgument("model: {}: rope.scaling.attn_factor {} must be > 0", f.path(), attn_factor);
+  r.attn_factor = static_cast<float>(attn_factor);
+  if (scaling == "none" || factor == 0.0 || factor == 1.0) {
+    r.scaling = RopeScaling::kNone;
+  } else if (scaling == "linear") {
+    r.scaling = RopeScaling::kLinear;
+    r.freq_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling == "yarn") {
+    r.scaling = RopeScaling::kYarn;
+    r.freq_scale = static_cast<float>(1.0 / factor);
+    DSPARK_ASSIGN_OR_RETURN(int64_t orig, f.GetIntOr(key("rope.scaling.original_context_length"), n_ctx_train));
+    r.n_ctx_orig = static_cast<int>(orig);
+    r.yarn_ext_factor = 1.0f;
+    if (factor > 1.0) r.attn_factor *= 1.0f + 0.1f * std::log(static_cast<float>(factor));
+  } else {
+    return Unimplemented("model: {}: rope scaling type '{}' is not supported (none, linear, yarn)", f.path(), scaling);
+  }
+  if (const gguf::TensorInfo* ff = f.FindTensor("rope_freqs.weight")) {
+    if (ff->NumElements() != r.n_rot / 2 || Info(ff->type).quantized)
+      return InvalidArgument("model: {}: rope_freqs.weight has shape {} type {}, expected [{}] f32", f.path(),
+                             ff->ShapeString(), DTypeName(ff->type), r.n_rot / 2);
+    r.freq_factors.resize(r.n_rot / 2);
+    ops::DequantizeRow(ff->type, ff->data, r.freq_factors.data(), r.n_rot / 2);
+  }
+  return Status::Ok();
+}
+
 Result<ModelConfig> ReadDenseHparams(const gguf::File& f, std::string_view arch_view, const ArchTraits& traits) {
   const std::string arch(arch_view);
   auto key = [&](const char* k) { return arch + "." + k; };
@@ -51,49 +99,7 @@ Result<ModelConfig> ReadDenseHparams(const gguf::File& f, std::string_view arch_
   c.n_vocab = static_cast<int>(embd->ne[1]);
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
 
-  RopeConfig& r = c.rope;
-  r.style = traits.rope_style;
-  DSPARK_ASSIGN_OR_RETURN(r.n_rot, PositiveInt(f, key("rope.dimension_count"), c.head_dim));
-  if (r.n_rot > c.head_dim || r.n_rot % 2 != 0)
-    return InvalidArgument("model: {}: rope.dimension_count {} must be even and <= head_dim {}", f.path(), r.n_rot,
-                           c.head_dim);
-  DSPARK_ASSIGN_OR_RETURN(double base, f.GetFloatOr(key("rope.freq_base"), 10000.0));
-  if (!(base > 1)) return InvalidArgument("model: {}: rope.freq_base {} must be > 1", f.path(), base);
-  r.freq_base = static_cast<float>(base);
-
-  // As llama.cpp reads them: the type defaults to linear, the factor falls back to the older
-  // rope.scale_linear, and attn_factor scales cos and sin whatever the type.
-  DSPARK_ASSIGN_OR_RETURN(std::string scaling, f.GetStringOr(key("rope.scaling.type"), "linear"));
-  DSPARK_ASSIGN_OR_RETURN(double factor, f.GetFloatOr(key("rope.scaling.factor"), 0.0));
-  if (factor == 0.0) {
-    DSPARK_ASSIGN_OR_RETURN(factor, f.GetFloatOr(key("rope.scale_linear"), 0.0));
-  }
-  if (factor < 0) return InvalidArgument("model: {}: rope scaling factor {} is negative", f.path(), factor);
-  DSPARK_ASSIGN_OR_RETURN(double attn_factor, f.GetFloatOr(key("rope.scaling.attn_factor"), 1.0));
-  if (!(attn_factor > 0)) return InvalidArgument("model: {}: rope.scaling.attn_factor {} must be > 0", f.path(), attn_factor);
-  r.attn_factor = static_cast<float>(attn_factor);
-  if (scaling == "none" || factor == 0.0 || factor == 1.0) {
-    r.scaling = RopeScaling::kNone;
-  } else if (scaling == "linear") {
-    r.scaling = RopeScaling::kLinear;
-    r.freq_scale = static_cast<float>(1.0 / factor);
-  } else if (scaling == "yarn") {
-    r.scaling = RopeScaling::kYarn;
-    r.freq_scale = static_cast<float>(1.0 / factor);
-    DSPARK_ASSIGN_OR_RETURN(int64_t orig, f.GetIntOr(key("rope.scaling.original_context_length"), c.n_ctx_train));
-    r.n_ctx_orig = static_cast<int>(orig);
-    r.yarn_ext_factor = 1.0f;
-    if (factor > 1.0) r.attn_factor *= 1.0f + 0.1f * std::log(static_cast<float>(factor));
-  } else {
-    return Unimplemented("model: {}: rope scaling type '{}' is not supported (none, linear, yarn)", f.path(), scaling);
-  }
-  if (const gguf::TensorInfo* ff = f.FindTensor("rope_freqs.weight")) {
-    if (ff->NumElements() != r.n_rot / 2 || Info(ff->type).quantized)
-      return InvalidArgument("model: {}: rope_freqs.weight has shape {} type {}, expected [{}] f32", f.path(),
-                             ff->ShapeString(), DTypeName(ff->type), r.n_rot / 2);
-    r.freq_factors.resize(r.n_rot / 2);
-    ops::DequantizeRow(ff->type, ff->data, r.freq_factors.data(), r.n_rot / 2);
-  }
+  DSPARK_TRY(ReadRope(f, arch, c.head_dim, c.n_ctx_train, traits.rope_style, c.rope));
   return c;
 }
 

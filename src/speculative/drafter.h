@@ -142,7 +142,7 @@ class Drafter {
   virtual ~Drafter() = default;
 
   // Stable lowercase id, the --spec-type name that makes it: "draft-simple", "draft-dspark",
-  // "draft-dflash", "ngram", "synthetic"; prompt lookup in front of a model: "ngram+draft-simple".
+  // "draft-dflash", "draft-eagle3", "ngram", "synthetic"; prompt lookup in front of a model: "ngram+draft-simple".
   virtual std::string_view Name() const = 0;
   virtual DrafterNeeds Needs() const { return {}; }
 

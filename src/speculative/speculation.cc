@@ -7,6 +7,7 @@ namespace dspark {
 Result<std::string> DraftTypeOfFile(const std::string& path) {
   DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> file, gguf::File::Open(path));
   DSPARK_ASSIGN_OR_RETURN(std::string arch, file->GetStringOr("general.architecture", ""));
+  if (arch == "eagle3") return std::string("draft-eagle3");
   if (arch != "dflash") return std::string("draft-simple");
   return std::string(file->FindTensor("markov_w1.weight") != nullptr ? "draft-dspark" : "draft-dflash");
 }

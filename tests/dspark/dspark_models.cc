@@ -159,6 +159,64 @@ Status WriteDflash(const DflashSpec& s, const gguf::File& target, const std::str
   return w.WriteFile(path);
 }
 
+Status WriteEagle3(const Eagle3Spec& s, const gguf::File& target, const std::string& path) {
+  DSPARK_ASSIGN_OR_RETURN(int64_t n_embd_t, target.GetInt("qwen3.embedding_length"));
+  DSPARK_ASSIGN_OR_RETURN(std::vector<std::string> tokens, target.GetStringArray("tokenizer.ggml.tokens"));
+  const gguf::TensorInfo* embd = target.FindTensor("token_embd.weight");
+  if (embd == nullptr) return NotFound("test: target has no token_embd.weight");
+  const int V = static_cast<int>(embd->ne[1]);
+  const int E = s.n_embd_override > 0 ? s.n_embd_override : static_cast<int>(n_embd_t);
+  const int E_t = static_cast<int>(n_embd_t);
+  const std::string a = "eagle3";
+  gguf::Writer w;
+  w.SetString("general.architecture", s.arch);
+  w.SetString("general.name", "dspark-test-eagle3");
+  if (s.write_tokenizer) {
+    w.CopyMetadataFrom(target, "tokenizer.");
+    if (s.rename_token >= 0) {
+      tokens[s.rename_token] = "renamed";
+      w.Set("tokenizer.ggml.tokens", gguf::Value::StringArray(tokens));
+    }
+  }
+  Hparams(w, a, E, s.block_count, s.n_ff, s.n_head, s.n_head_kv, s.head_dim);
+  w.SetU32(a + ".vocab_size", V);
+  if (s.write_target_layers) {
+    std::vector<int32_t> layers(s.target_layers.begin(), s.target_layers.end());
+    w.Set(a + ".target_layers", gguf::Value::I32Array(layers));
+  }
+  w.SetU32(a + ".target_hidden_size", s.target_hidden_override > 0 ? s.target_hidden_override : E_t);
+  w.SetBool(a + ".norm_before_residual", s.norm_before_residual);
+  w.SetBool(a + ".norm_before_fc", s.norm_before_fc);
+
+  TensorWriter t(w, s.seed, s.gain);
+  const int n_feat = E_t * static_cast<int>(s.target_layers.size());
+  DSPARK_TRY(t.Matrix("fc.weight", n_feat, E));
+  if (s.norm_before_fc && s.write_enc_norm) DSPARK_TRY(t.Vector("enc.output_norm.weight", n_feat, 1.0f, 0.1f));
+  DSPARK_TRY(t.Vector("output_norm.weight", E, 1.0f, 0.1f));
+  if (s.own_embd) DSPARK_TRY(t.Matrix("token_embd.weight", E, V, std::sqrt(static_cast<float>(E))));
+  const int V_d = s.n_vocab_draft > 0 ? s.n_vocab_draft : V;
+  if (s.own_output || s.n_vocab_draft > 0) DSPARK_TRY(t.Matrix("output.weight", E, V_d, 4.0f));
+  if (s.n_vocab_draft > 0) {
+    std::vector<uint8_t> b(8 * static_cast<size_t>(V_d));
+    for (int j = 0; j < V_d; ++j) {
+      const int64_t id = (static_cast<int64_t>(j) * 7 + 3) % V;
+      std::memcpy(b.data() + 8 * j, &id, 8);
+    }
+    DSPARK_TRY(w.AddTensor("d2t", DType::kI64, {V_d}, std::move(b)));
+  }
+  DSPARK_TRY(t.Vector("blk.0.attn_norm.weight", E, 1.0f, 0.1f));
+  DSPARK_TRY(t.Vector("blk.0.attn_norm_2.weight", E, 1.0f, 0.1f));
+  DSPARK_TRY(t.Matrix("blk.0.attn_q.weight", 2 * E, s.n_head * s.head_dim));
+  DSPARK_TRY(t.Matrix("blk.0.attn_k.weight", 2 * E, s.n_head_kv * s.head_dim));
+  DSPARK_TRY(t.Matrix("blk.0.attn_v.weight", 2 * E, s.n_head_kv * s.head_dim));
+  DSPARK_TRY(t.Matrix("blk.0.attn_output.weight", s.n_head * s.head_dim, E));
+  DSPARK_TRY(t.Vector("blk.0.ffn_norm.weight", E, 1.0f, 0.1f));
+  DSPARK_TRY(t.Matrix("blk.0.ffn_gate.weight", E, s.n_ff));
+  DSPARK_TRY(t.Matrix("blk.0.ffn_up.weight", E, s.n_ff));
+  DSPARK_TRY(t.Matrix("blk.0.ffn_down.weight", s.n_ff, E));
+  return w.WriteFile(path);
+}
+
 TinyTargetSpec GoldenTarget() { return TinyTargetSpec{}; }
 
 DflashSpec GoldenDraft(char which) {

@@ -60,6 +60,32 @@ struct DflashSpec {
   uint64_t seed = 101;
 };
 
+// An EAGLE-3 head (llama.cpp's eagle3 layout) for a tiny target.
+struct Eagle3Spec {
+  int n_embd_override = 0;  // > 0: a head of another width than the target (needs own_embd and own_output)
+  int n_head = 4;
+  int n_head_kv = 2;
+  int head_dim = 8;
+  int n_ff = 48;
+  std::vector<int> target_layers = {1, 2, 3};  // inputs of these target layers (3 = the last one's output)
+  bool own_embd = false;
+  bool own_output = false;
+  int n_vocab_draft = 0;  // > 0: a d2t reduced vocabulary of this size (implies own_output)
+  bool norm_before_residual = false;
+  bool norm_before_fc = false;
+  // Crafted-file knobs for refusal tests.
+  std::string arch = "eagle3";
+  int block_count = 1;
+  int target_hidden_override = 0;
+  bool write_target_layers = true;
+  bool write_tokenizer = true;
+  bool write_enc_norm = true;  // with norm_before_fc
+  int rename_token = -1;
+  float gain = 1.0f;
+  uint64_t seed = 131;
+};
+Status WriteEagle3(const Eagle3Spec& spec, const gguf::File& target, const std::string& path);
+
 // The models behind tests/data/dspark/golden.json (make_golden.py documents how to regenerate it):
 // the target, "a" (anchor-first DSpark, confidence head, taps incl. the embedding and the last
 // layer's output) and "b" (bonus-anchor, d2t, own embedding, sinks, causal block, scales, 2 layers).

@@ -22,6 +22,11 @@ struct ArchDescriptor {
 const ArchDescriptor* FindArch(std::string_view name);
 std::vector<std::string_view> KnownArchs();
 
+// `<arch>.rope.*` (dimension count, base, linear / YaRN scaling, attn factor) and rope_freqs.weight,
+// as llama.cpp reads them, for heads of `head_dim`.
+Status ReadRope(const gguf::File& file, const std::string& arch, int head_dim, int n_ctx_train, RopeStyle style,
+                RopeConfig& rope);
+
 // The hparams every dense llama-family architecture shares, with `traits` filled in by the caller.
 Result<ModelConfig> ReadDenseHparams(const gguf::File& file, std::string_view arch, const ArchTraits& traits);
 

@@ -1,10 +1,8 @@
 #include "model/arch/dflash.h"
 
-#include <cstring>
-#include <set>
-
 #include <fmt/format.h>
 
+#include "model/arch/draft_file.h"
 #include "model/quantize.h"
 #include "util/log.h"
 
@@ -15,79 +13,6 @@ namespace {
 constexpr char kArch[] = "dflash";
 
 std::string Key(const char* k) { return std::string(kArch) + "." + k; }
-
-std::string Shape(const std::vector<int64_t>& ne) {
-  std::string s = "[";
-  for (size_t k = 0; k < ne.size(); ++k) s += (k ? ", " : "") + std::to_string(ne[k]);
-  return s + "]";
-}
-
-// Claims tensors by name, checks shapes (ggml order) and types, remembers what was claimed.
-class DraftBinder {
- public:
-  explicit DraftBinder(const gguf::File& f) : f_(f) {}
-
-  Result<const gguf::TensorInfo*> Find(const std::string& name, const std::vector<int64_t>& ne, bool required) {
-    const gguf::TensorInfo* t = f_.FindTensor(name);
-    if (t == nullptr) {
-      if (!required) return static_cast<const gguf::TensorInfo*>(nullptr);
-      return NotFound("spec: {}: required tensor '{}' is missing from the dflash draft", f_.path(), name);
-    }
-    claimed_.insert(name);
-    std::vector<int64_t> actual = t->ne;
-    while (actual.size() > ne.size() && actual.back() == 1) actual.pop_back();
-    if (actual != ne)
-      return InvalidArgument("spec: {}: tensor '{}' (data at byte {}) has shape {}, expected {}", f_.path(), name,
-                             t->file_offset, t->ShapeString(), Shape(ne));
-    return t;
-  }
-
-  Result<ops::WeightView> Matrix(const std::string& name, int64_t cols, int64_t rows, bool required = true) {
-    DSPARK_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(name, {cols, rows}, required));
-    if (t == nullptr) return ops::WeightView{};
-    if (!ops::MatMulSupports(t->type))
-      return Unimplemented("spec: {}: tensor '{}' has type {}, which dspark cannot multiply", f_.path(), name,
-                           DTypeName(t->type));
-    return ops::WeightView{t->data, t->type, rows, cols};
-  }
-
-  Result<std::vector<float>> Vector(const std::string& name, int64_t n, bool required = true) {
-    DSPARK_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(name, {n}, required));
-    if (t == nullptr) return std::vector<float>{};
-    // Float vectors, or quantised ones another tool wrote (dequantised once here).
-    const bool readable = Info(t->type).quantized ? ops::MatMulSupports(t->type) && n % Info(t->type).block_size == 0
-                                                  : ops::CanQuantize(t->type);
-    if (!readable)
-      return Unimplemented("spec: {}: tensor '{}' has type {}, which dspark cannot read as a vector", f_.path(), name,
-                           DTypeName(t->type));
-    std::vector<float> out(n);
-    ops::DequantizeRow(t->type, t->data, out.data(), n);
-    return out;
-  }
-
-  // A per-tensor scale ({1}), 1 if absent.
-  Result<float> Scale(const std::string& name) {
-    DSPARK_ASSIGN_OR_RETURN(std::vector<float> v, Vector(name, 1, false));
-    return v.empty() ? 1.0f : v[0];
-  }
-
-  void WarnUnclaimed() const {
-    for (const auto& t : f_.tensors())
-      if (!claimed_.count(t.name)) DSPARK_LOG_WARN("spec: {}: tensor '{}' is not used by the dflash drafter", f_.path(), t.name);
-  }
-
- private:
-  const gguf::File& f_;
-  std::set<std::string> claimed_;
-};
-
-Result<int> ReadPositive(const gguf::File& f, const std::string& key, int64_t fallback = -1) {
-  Result<int64_t> v = fallback >= 0 ? f.GetIntOr(key, fallback) : f.GetInt(key);
-  if (!v.ok()) return v.status();
-  if (*v <= 0 || *v > (1 << 26))
-    return InvalidArgument("spec: {}: '{}' = {} is out of range (expected 1..{})", f.path(), key, *v, 1 << 26);
-  return static_cast<int>(*v);
-}
 
 Status CheckArch(const gguf::File& f) {
   DSPARK_ASSIGN_OR_RETURN(std::string arch, f.GetStringOr("general.architecture", ""));
@@ -110,40 +35,11 @@ Status BindBackbone(const gguf::File& f, const Model& target, DraftBinder& b, Df
   DSPARK_ASSIGN_OR_RETURN(w.fc_scale, b.Scale("fc.scale"));
   DSPARK_ASSIGN_OR_RETURN(w.enc_norm, b.Vector("enc.output_norm.weight", E));
   DSPARK_ASSIGN_OR_RETURN(w.output_norm, b.Vector("output_norm.weight", E));
-  DSPARK_ASSIGN_OR_RETURN(w.tok_embd, b.Matrix("token_embd.weight", E, c.n_vocab, false));
-  if (w.tok_embd.data == nullptr) w.tok_embd = target.weights().tok_embd;
-
-  const gguf::TensorInfo* d2t = f.FindTensor("d2t");
-  const gguf::TensorInfo* out = f.FindTensor("output.weight");
-  c.n_vocab_draft = c.n_vocab;
-  if (d2t != nullptr) {
-    if (d2t->type != DType::kI64 || d2t->ne.size() != 1)
-      return InvalidArgument("spec: {}: tensor 'd2t' has type {} shape {}, expected a 1-D i64 table", f.path(),
-                             DTypeName(d2t->type), d2t->ShapeString());
-    c.n_vocab_draft = static_cast<int>(d2t->ne[0]);
-    if (c.n_vocab_draft > c.n_vocab)
-      return InvalidArgument("spec: {}: d2t has {} entries, more than the target vocabulary {}", f.path(),
-                             c.n_vocab_draft, c.n_vocab);
-    if (out == nullptr)
-      return InvalidArgument("spec: {}: a reduced vocabulary (d2t) needs the draft's own output.weight", f.path());
-    DSPARK_TRY(b.Find("d2t", {c.n_vocab_draft}, true).status());
-    std::vector<uint8_t> seen(c.n_vocab, 0);
-    w.d2t.resize(c.n_vocab_draft);
-    for (int j = 0; j < c.n_vocab_draft; ++j) {
-      int64_t id;
-      std::memcpy(&id, d2t->data + 8 * static_cast<size_t>(j), 8);
-      if (id < 0 || id >= c.n_vocab || seen[id])
-        return InvalidArgument("spec: {}: d2t[{}] = {} is out of range [0, {}) or repeated", f.path(), j, id,
-                               c.n_vocab);
-      seen[id] = 1;
-      w.d2t[j] = static_cast<int32_t>(id);
-    }
-  }
-  if (out != nullptr) {
-    DSPARK_ASSIGN_OR_RETURN(w.output, b.Matrix("output.weight", E, c.n_vocab_draft));
-  } else {
-    w.output = target.weights().output;
-  }
+  DSPARK_ASSIGN_OR_RETURN(DraftVocabHead head, BindVocabHead(f, target, E, b));
+  w.tok_embd = head.tok_embd;
+  w.output = head.output;
+  w.d2t = std::move(head.d2t);
+  c.n_vocab_draft = head.n_vocab_draft;
 
   for (int il = 0; il < c.n_layer; ++il) {  // grown block by block, as BindDenseWeights does
     DflashLayer& l = w.layers.emplace_back();
@@ -204,7 +100,7 @@ Result<std::unique_ptr<DflashModel>> DflashModel::FromFile(std::shared_ptr<const
   std::unique_ptr<DflashModel> m(new DflashModel());
   m->file_ = std::move(file);
   DSPARK_TRY(m->ReadConfig(target.config()));
-  DraftBinder b(f);
+  DraftBinder b(f, "dflash draft");
   DSPARK_TRY(BindBackbone(f, target, b, m->config_, m->weights_));
   DSPARK_TRY(BindHeads(f, b, m->config_, m->weights_));
   b.WarnUnclaimed();
@@ -285,19 +181,9 @@ Status DflashModel::ReadConfig(const ModelConfig& tc) {
   return Status::Ok();
 }
 
-// A quantised drafter reads a shared float head in its own type: the head is about a third of a
-// drafting pass's weight traffic, and verification keeps the output exact whatever the drafter
-// computes (it can only change which tokens get drafted). Returns whether it did.
 bool DflashModel::ReencodeSharedHead() {
-  DflashWeights& w = weights_;
-  const DType own_type = w.layers.empty() ? DType::kF32 : w.layers[0].wq.type;
-  if (!Info(own_type).quantized || Info(w.output.type).quantized || w.output.cols % Info(own_type).block_size != 0 ||
-      !ops::CanQuantize(own_type))
-    return false;
-  own_head_.resize(static_cast<size_t>(w.output.rows) * RowBytes(own_type, w.output.cols));
-  ReencodeMatrix(w.output, own_type, own_head_.data());
-  w.output = ops::WeightView{own_head_.data(), own_type, w.output.rows, w.output.cols};
-  return true;
+  const DflashWeights& w = weights_;
+  return ReencodeSharedHeadInto(w.layers.empty() ? DType::kF32 : w.layers[0].wq.type, weights_.output, own_head_);
 }
 
 // The drafter's own matrices; a shared target head arrives already packed with the target.

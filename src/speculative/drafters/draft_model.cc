@@ -5,7 +5,7 @@
 
 #include "kernels/ops.h"
 #include "speculative/batch_engine.h"
-#include "speculative/token_tree.h"
+#include "speculative/drafters/draft_step.h"
 
 namespace dspark {
 
@@ -151,23 +151,6 @@ std::vector<DraftModelDrafter::Active> DraftModelDrafter::StartDrafts(std::span<
   return active;
 }
 
-int32_t DraftModelDrafter::DrawToken(const float* logits, int n_vocab, const ProposeRequest& r, int index,
-                                     std::vector<float>& q, float* prob) {
-  if (r.params.constraint != nullptr) {
-    // A grammar-constrained request: draw from the logits masked to what the grammar allows.
-    thread_local std::vector<float> masked;
-    masked.assign(logits, logits + n_vocab);
-    if (!r.params.constraint->Mask(masked.data(), n_vocab, r.params.sampling.greedy())) return -1;
-    logits = masked.data();
-  }
-  // Greedy: the argmax and its probability in two vectorised passes that write nothing.
-  if (r.params.sampling.greedy()) return static_cast<int32_t>(ops::ArgMax(logits, n_vocab, prob));
-  ComputeProbs(logits, n_vocab, r.params.sampling, &q);
-  const int32_t tok = DrawDraftToken(q, r.params.sampling, r.params.position + index, *r.rng);
-  *prob = q[tok];
-  return tok;
-}
-
 std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const ProposeRequest> requests) {
   const int n_vocab = model_->config().n_vocab;
   std::vector<Result<Draft>> results(requests.size(), Result<Draft>(Draft()));
@@ -207,18 +190,8 @@ std::vector<Result<Draft>> DraftModelDrafter::ProposeBatch(std::span<const Propo
       const ProposeRequest& r = requests[a.request];
       Draft& d = *results[a.request];
       const float* logits = a.logits_row >= 0 ? out.Logits(a.logits_row, n_vocab) : own_logits[a.request].data();
-      float prob = 0;
-      const int32_t tok = DrawToken(logits, n_vocab, r, static_cast<int>(d.tokens.size()), q, &prob);
-      if (tok < 0) continue;  // the grammar allows nothing here
-      if (r.params.stop != nullptr && !r.params.stop->Keep(prob)) continue;
-      d.tokens.push_back(tok);
-      if (r.params.constraint != nullptr) r.params.constraint->Push(tok);
-      // The next most likely tokens, under the distribution the token was drawn from.
-      if (r.params.branches > 0)
-        d.branches.push_back(r.params.sampling.greedy() ? TopBranches(logits, n_vocab, tok, r.params.branches)
-                                                        : TopBranches(q, tok, r.params.branches));
-      if (!r.params.sampling.greedy()) d.q.push_back(q);
-      d.probs.push_back(prob);
+      if (!DraftNextToken(logits, n_vocab, r.params, *r.rng, d, q)) continue;
+      const int32_t tok = d.tokens.back();
       if (static_cast<int>(d.tokens.size()) == a.budget) continue;
       // Asked before drafting the next token, from what it is expected to add: deciding after it
       // (its own probability known) would spend a draft pass, in nearly every draft, on a token

@@ -58,13 +58,6 @@ class DraftModelDrafter final : public Drafter {
   // pass; long ones run alone now and leave their logits in own_logits. Returns who drafts.
   std::vector<Active> StartDrafts(std::span<const ProposeRequest> requests, std::vector<Result<Draft>>& results,
                                   Batch& batch, std::vector<std::vector<float>>& own_logits);
-  // Draws the next token of a draft from its logits: the argmax, or a sample from q (the target's
-  // transforms) at temperature > 0; *prob receives the token's probability, its confidence.
-  // `index`: the token's place in the draft (keyed draws). -1: the request's grammar allows no
-  // token here.
-  static int32_t DrawToken(const float* logits, int n_vocab, const ProposeRequest& r, int index,
-                           std::vector<float>& q, float* prob);
-
   DraftModelDrafter(std::unique_ptr<Model> draft, ThreadPool& pool, int n_ctx, int max_draft, int n_seq);
 
   std::unique_ptr<Model> model_;

@@ -2,12 +2,15 @@
 
 #include "speculative/drafters/draft_model.h"
 #include "speculative/drafters/dspark_drafter.h"
+#include "speculative/drafters/eagle3_drafter.h"
 #include "speculative/drafters/lookup_first.h"
 #include "speculative/drafters/synthetic.h"
 
 namespace dspark {
 
-std::vector<std::string> DrafterTypes() { return {"none", "draft-simple", "draft-dspark", "draft-dflash", "ngram", "synthetic"}; }
+std::vector<std::string> DrafterTypes() {
+  return {"none", "draft-simple", "draft-dspark", "draft-dflash", "draft-eagle3", "ngram", "synthetic"};
+}
 
 namespace {
 Result<std::unique_ptr<Drafter>> CreateOne(const DrafterConfig& config, const Model& target,
@@ -32,10 +35,10 @@ Result<std::unique_ptr<Drafter>> CreateDrafter(const DrafterConfig& config, cons
 }
 
 namespace {
-// A dflash draft must carry its target's tokenizer, token for token.
+// A draft head (dflash, eagle3) must carry its target's tokenizer, token for token.
 Status CheckDraftTokenizer(const gguf::File& f, const Tokenizer& target_vocab) {
   if (!f.Has("tokenizer.ggml.tokens"))
-    return InvalidArgument("spec: {}: the draft has no tokenizer (tokenizer.ggml.tokens); a dflash draft must carry "
+    return InvalidArgument("spec: {}: the draft has no tokenizer (tokenizer.ggml.tokens); a draft head must carry "
                            "its target's tokenizer",
                            f.path());
   DSPARK_ASSIGN_OR_RETURN(std::vector<std::string> toks, f.GetStringArray("tokenizer.ggml.tokens"));
@@ -86,6 +89,22 @@ Result<std::unique_ptr<DflashModel>> LoadBlockDraft(const DrafterConfig& config,
   return m;
 }
 
+// The head of --spec-type draft-eagle3: an eagle3 GGUF with the target's tokenizer.
+Result<std::unique_ptr<Eagle3Model>> LoadEagle3(const DrafterConfig& config, const Model& target,
+                                                const Tokenizer& target_vocab) {
+  DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> opened, gguf::File::Open(config.draft_model));
+  std::shared_ptr<const gguf::File> file(std::move(opened));
+  DSPARK_ASSIGN_OR_RETURN(std::string arch, file->GetStringOr("general.architecture", ""));
+  if (arch != "eagle3")
+    return InvalidArgument("spec: {}: general.architecture is '{}', but --spec-type draft-eagle3 needs an EAGLE-3 head "
+                           "(general.architecture = eagle3)",
+                           file->path(), arch);
+  DSPARK_TRY(CheckDraftTokenizer(*file, target_vocab));
+  Eagle3LoadOptions o;
+  o.repack = config.repack;
+  return Eagle3Model::FromFile(std::move(file), target, o);
+}
+
 Result<std::unique_ptr<Drafter>> CreateOne(const DrafterConfig& config, const Model& target,
                                            const Tokenizer& target_vocab, ThreadPool& pool, int n_ctx) {
   if (config.type == "ngram") return std::unique_ptr<Drafter>(new NgramDrafter(config.ngram));
@@ -116,6 +135,14 @@ Result<std::unique_ptr<Drafter>> CreateOne(const DrafterConfig& config, const Mo
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DflashModel> m, LoadBlockDraft(config, target, target_vocab));
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<DSparkDrafter> d, DSparkDrafter::Create(std::move(m), draft_pool, n_ctx,
                                                                                     config.dspark_full_block));
+    d->AdoptPool(std::move(own_pool));
+    return std::unique_ptr<Drafter>(std::move(d));
+  }
+  if (config.type == "draft-eagle3") {
+    if (config.draft_model.empty()) return InvalidArgument("spec: --spec-type draft-eagle3 needs -md HEAD.gguf");
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Eagle3Model> m, LoadEagle3(config, target, target_vocab));
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Eagle3Drafter> d,
+                            Eagle3Drafter::Create(std::move(m), draft_pool, n_ctx, config.max_draft));
     d->AdoptPool(std::move(own_pool));
     return std::unique_ptr<Drafter>(std::move(d));
   }

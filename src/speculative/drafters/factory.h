@@ -13,8 +13,8 @@
 namespace dspark {
 
 struct DrafterConfig {
-  std::string type = "none";   // none | draft-simple | draft-dspark | draft-dflash | ngram | synthetic
-  std::string draft_model;     // -md, for draft-simple, draft-dspark and draft-dflash
+  std::string type = "none";   // none | draft-simple | draft-dspark | draft-dflash | draft-eagle3 | ngram | synthetic
+  std::string draft_model;     // -md, for draft-simple, draft-dspark, draft-dflash and draft-eagle3
   float p_min = 0.0f;          // draft-dspark: a confidence cut, which needs a confidence head
   int max_draft = 16;
   int n_seq = 1;               // sequences the drafter serves at once (server slots)
