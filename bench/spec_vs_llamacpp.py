@@ -1,22 +1,46 @@
 #!/usr/bin/python3
-"""dspark against llama.cpp's llama-speculative-simple on the memory-bound reference pair, prompt by
-prompt alternating (same files, same method, greedy, 2 threads). Prints per-method totals.
+"""dspark against llama.cpp's llama-speculative-simple, prompt by prompt alternating (same files, same
+method, greedy, 2 threads). Prints per-method totals: tokens, seconds, tok/s, drafted, accepted and
+the acceptance rate (accepted / drafted).
 
-Usage: bench/spec_vs_llamacpp.py [N_PROMPTS [LLAMA_NMAX,...]] after `make bench-models`, with
-llama.cpp built outside the repository: LLAMA_SPECULATIVE names its llama-speculative-simple
-(default: the one on PATH)."""
-import json, os, re, subprocess, sys
+Default: the memory-bound reference pair after `make bench-models`, dspark with its documented
+schedule per method, llama.cpp at each --llama-nmax. With --fixed N, dspark verifies a fixed N
+tokens per step (no adaptive schedule) and llama.cpp runs n-max N with p-min 0: both then draft the
+same chains from the same files, so their acceptance rates compare method to method.
+
+llama.cpp is built outside the repository: LLAMA_SPECULATIVE names its llama-speculative-simple
+(default: the one on PATH).
+
+    bench/spec_vs_llamacpp.py --prompts 20 --llama-nmax 4,8
+    bench/spec_vs_llamacpp.py --target models/ref-target.gguf --methods draft-eagle3 --fixed 4
+"""
+import argparse, json, os, re, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LLAMA = os.environ.get("LLAMA_SPECULATIVE", "llama-speculative-simple")
-TARGET = f"{ROOT}/build/models/ref-target-1.7b-Q4_K_M.gguf"
+PAIR = f"{ROOT}/build/models/ref-target-1.7b-Q4_K_M.gguf"
+# Per method: the drafter for the inflated pair, the drafter for the bundled small target, and
+# dspark's documented schedule.
 METHODS = {
-    "draft-simple": dict(md=f"{ROOT}/models/ref-draft.gguf", sweep=["--sweep", "adaptive=1", "--sweep", "n-max=8"]),
-    "draft-dspark": dict(md=f"{ROOT}/build/models/ref-dspark-1.7b-Q8_0.gguf", sweep=["--sweep", "cost=1", "--sweep", "n-max=8"]),
+    "draft-simple": (f"{ROOT}/models/ref-draft.gguf", f"{ROOT}/models/ref-draft.gguf", ["adaptive=1", "n-max=8"]),
+    "draft-dspark": (f"{ROOT}/build/models/ref-dspark-1.7b-Q8_0.gguf", f"{ROOT}/models/ref-dspark.gguf",
+                     ["cost=1", "n-max=8"]),
+    "draft-eagle3": (f"{ROOT}/build/models/ref-eagle3-1.7b-Q8_0.gguf", f"{ROOT}/models/ref-eagle3.gguf",
+                     ["adaptive=1", "n-max=8"]),
 }
-LLAMA_NMAX = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [4, 8]
-N_PROMPTS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-prompts = [json.loads(l) for l in open(f"{ROOT}/bench/prompts/code-completion.jsonl")][:N_PROMPTS]
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--prompts", type=int, default=20, help="held-out code prompts (bench/prompts/code-completion.jsonl)")
+ap.add_argument("--target", default=PAIR, help="target GGUF (default: the inflated 1.7B pair's Q4_K_M)")
+ap.add_argument("--methods", default="draft-simple,draft-dspark", help="comma-separated --spec-type names")
+ap.add_argument("--llama-nmax", default="4,8", help="llama.cpp --spec-draft-n-max values")
+ap.add_argument("--fixed", type=int, default=0, help="dspark fixed n-max N and llama.cpp n-max N, p-min 0")
+ap.add_argument("-n", type=int, default=128, help="tokens per prompt")
+a = ap.parse_args()
+
+small = os.path.abspath(a.target) != os.path.abspath(PAIR)
+nmaxes = [a.fixed] if a.fixed else [int(x) for x in a.llama_nmax.split(",")]
+prompts = [json.loads(l) for l in open(f"{ROOT}/bench/prompts/code-completion.jsonl")][:a.prompts]
 
 tot = {}  # key -> [tokens, seconds, drafted, accepted]
 def add(key, toks, secs, drafted=0, accepted=0):
@@ -26,21 +50,24 @@ def add(key, toks, secs, drafted=0, accepted=0):
 for i, p in enumerate(prompts):
     pf = f"/tmp/prompt_{i}.jsonl"
     open(pf, "w").write(json.dumps(p) + "\n")
-    for name, m in METHODS.items():
+    for name in a.methods.split(","):
+        md = METHODS[name][1 if small else 0]
+        sweep = ["adaptive=0", f"n-max={a.fixed}"] if a.fixed else METHODS[name][2]
         out = f"/tmp/ds_{i}_{name}"
-        subprocess.run([f"{ROOT}/build/bin/dspark", "bench", "--spec", "-m", TARGET, "--prompts", pf, "-n", "128",
-                        "--max-prompts", "1", "-t", "2", "-r", "1", "--spec-type", name, "-md", m["md"], *m["sweep"],
-                        "--out", out], check=True, capture_output=True)
+        subprocess.run([f"{ROOT}/build/bin/dspark", "bench", "--spec", "-m", a.target, "--prompts", pf, "-n", str(a.n),
+                        "--max-prompts", "1", "-t", "2", "-r", "1", "--spec-type", name, "-md", md,
+                        *[x for s in sweep for x in ("--sweep", s)], "--out", out], check=True, capture_output=True)
         j = json.load(open(out + ".json"))
         s = j["settings"][0]
         ps = s["prompt_stats"][0]
         add("dspark plain", ps["generated_tokens"], ps["generated_tokens"] / j["plain_tokens_per_second"])
         add(f"dspark {name}", ps["generated_tokens"], ps["generated_tokens"] / s["tokens_per_second"],
             ps["drafted"], ps["accepted"])
-        for nmax in LLAMA_NMAX:
-            r = subprocess.run([LLAMA, "-m", TARGET, "-md", m["md"], "--spec-type", name, "--spec-draft-n-max", str(nmax),
-                                "-n", "128", "--temp", "0", "-t", "2", "-td", "2", "-c", "2048", "-p", p["prompt"]],
-                               capture_output=True, text=True)
+        for nmax in nmaxes:
+            extra = ["--spec-draft-p-min", "0"] if a.fixed else []
+            r = subprocess.run([LLAMA, "-m", a.target, "-md", md, "--spec-type", name, "--spec-draft-n-max", str(nmax),
+                                *extra, "-n", str(a.n), "--temp", "0", "-t", "2", "-td", "2", "-c", "2048",
+                                "-p", p["prompt"]], capture_output=True, text=True)
             log = r.stdout + r.stderr
             d = re.search(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+)\s+seconds", log)
             if r.returncode != 0 or not d:
@@ -52,6 +79,7 @@ for i, p in enumerate(prompts):
                 int(dr.group(1)) if dr else 0, int(ac.group(1)) if ac else 0)
     print(f"prompt {i} done", file=sys.stderr, flush=True)
 
-print(f"{'setting':40s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>7s}")
+print(f"{'setting':40s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>7s} {'drafted':>8s} {'accepted':>8s} {'rate':>6s}")
 for k, (t, s, dr, ac) in tot.items():
-    print(f"{k:40s} {t:7d} {s:8.2f} {t / s:7.1f}  drafted {dr} accepted {ac}")
+    rate = f"{ac / dr:6.3f}" if dr else "     -"
+    print(f"{k:40s} {t:7d} {s:8.2f} {t / s:7.1f} {dr:8d} {ac:8d} {rate}")

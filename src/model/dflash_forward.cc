@@ -8,6 +8,7 @@
 
 #include "kernels/ops.h"
 #include "model/arch/draft_file.h"
+#include "model/swiglu.h"
 
 namespace dspark {
 
@@ -263,17 +264,7 @@ void DflashForward::BlockFfn(int il, int n_rows, ThreadPool& pool) {
   const DflashLayer& L = model_.weights().layers[il];
   const int64_t E = c.n_embd;
   RmsRows(x_.data(), L.ffn_norm, c.rms_eps, n_rows, E, h_.data());
-  if (L.w_gate_up.rows > 0) {
-    ops::MatMul(L.w_gate_up, h_.data(), n_rows, fused_.data(), pool);
-    for (int i = 0; i < n_rows; ++i) {
-      const float* gu = fused_.data() + static_cast<size_t>(i) * 2 * c.n_ff;
-      ops::SiluMul(gu, gu + c.n_ff, c.n_ff, gate_.data() + static_cast<size_t>(i) * c.n_ff);
-    }
-  } else {
-    ops::MatMul(L.w_gate, h_.data(), n_rows, gate_.data(), pool);
-    ops::MatMul(L.w_up, h_.data(), n_rows, up_.data(), pool);
-    ops::SiluMul(gate_.data(), up_.data(), static_cast<int64_t>(n_rows) * c.n_ff, gate_.data());
-  }
+  SwiGluActivation(L.w_gate, L.w_up, L.w_gate_up, c.n_ff, h_.data(), n_rows, fused_, up_, gate_.data(), pool);
   ops::MatMul(L.w_down, gate_.data(), n_rows, tmp_.data(), pool);
   ops::Add(tmp_.data(), static_cast<int64_t>(n_rows) * E, x_.data());
 }

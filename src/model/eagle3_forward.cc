@@ -6,6 +6,7 @@
 
 #include "kernels/ops.h"
 #include "model/arch/draft_file.h"
+#include "model/swiglu.h"
 
 namespace dspark {
 
@@ -188,19 +189,7 @@ void Eagle3Forward::Ffn(int n_rows, ThreadPool& pool) {
   h_.resize(rows * E);
   RmsRows(r_.data(), E, w.ffn_norm, c.rms_eps, n_rows, E, h_.data(), E);
   gate_.resize(rows * c.n_ff);
-  if (w.w_gate_up.rows > 0) {
-    fused_.resize(rows * 2 * c.n_ff);
-    ops::MatMul(w.w_gate_up, h_.data(), n_rows, fused_.data(), pool);
-    for (size_t i = 0; i < rows; ++i) {
-      const float* gu = fused_.data() + i * 2 * c.n_ff;
-      ops::SiluMul(gu, gu + c.n_ff, c.n_ff, gate_.data() + i * c.n_ff);
-    }
-  } else {
-    up_.resize(rows * c.n_ff);
-    ops::MatMul(w.w_gate, h_.data(), n_rows, gate_.data(), pool);
-    ops::MatMul(w.w_up, h_.data(), n_rows, up_.data(), pool);
-    ops::SiluMul(gate_.data(), up_.data(), static_cast<int64_t>(rows) * c.n_ff, gate_.data());
-  }
+  SwiGluActivation(w.w_gate, w.w_up, w.w_gate_up, c.n_ff, h_.data(), n_rows, fused_, up_, gate_.data(), pool);
   ops::MatMul(w.w_down, gate_.data(), n_rows, h_.data(), pool);
   ops::Add(r_.data(), static_cast<int64_t>(rows) * E, h_.data());
 }

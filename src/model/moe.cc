@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "kernels/ops.h"
+#include "model/swiglu.h"
 
 namespace dspark {
 
@@ -126,19 +127,9 @@ int MoeFfn(const MoeConfig& moe, const LayerWeights& L, const float* h, int n, i
     for (int r = 0; r < m; ++r)
       std::memcpy(s.rows_in.data() + r * d, h + static_cast<size_t>(slots[r] / k) * d, d * sizeof(float));
     s.act.resize(static_cast<size_t>(m) * ff);
-    if (!L.gate_up_exps.empty() && L.gate_up_exps[e].rows > 0) {
-      s.gate_up.resize(static_cast<size_t>(m) * 2 * ff);
-      ops::MatMul(L.gate_up_exps[e], s.rows_in.data(), m, s.gate_up.data(), pool);
-      for (int r = 0; r < m; ++r) {
-        const float* gu = s.gate_up.data() + static_cast<size_t>(r) * 2 * ff;
-        ops::SiluMul(gu, gu + ff, ff, s.act.data() + r * ff);
-      }
-    } else {
-      s.up.resize(s.act.size());
-      ops::MatMul(L.gate_exps[e], s.rows_in.data(), m, s.act.data(), pool);
-      ops::MatMul(L.up_exps[e], s.rows_in.data(), m, s.up.data(), pool);
-      ops::SiluMul(s.act.data(), s.up.data(), static_cast<int64_t>(m) * ff, s.act.data());
-    }
+    static const ops::WeightView kNotFused{};
+    SwiGluActivation(L.gate_exps[e], L.up_exps[e], L.gate_up_exps.empty() ? kNotFused : L.gate_up_exps[e], ff,
+                     s.rows_in.data(), m, s.gate_up, s.up, s.act.data(), pool);
     s.rows_out.resize(static_cast<size_t>(m) * d);
     ops::MatMul(L.down_exps[e], s.act.data(), m, s.rows_out.data(), pool);
     for (int r = 0; r < m; ++r)

@@ -81,6 +81,27 @@ void Hparams(gguf::Writer& w, const std::string& a, int n_embd, int n_layer, int
   w.SetF32(a + ".rope.freq_base", 10000.0f);
 }
 
+// The target's tokenizer, one token renamed if rename_token >= 0.
+Status CopyTokenizer(const gguf::File& target, int rename_token, gguf::Writer& w) {
+  w.CopyMetadataFrom(target, "tokenizer.");
+  if (rename_token < 0) return Status::Ok();
+  DSPARK_ASSIGN_OR_RETURN(std::vector<std::string> tokens, target.GetStringArray("tokenizer.ggml.tokens"));
+  tokens[rename_token] = "renamed";
+  w.Set("tokenizer.ggml.tokens", gguf::Value::StringArray(tokens));
+  return Status::Ok();
+}
+
+// A reduced draft vocabulary of V_d absolute target ids, a stride-7 walk (unique because 7 is
+// coprime with the vocabulary size V).
+Status AddD2t(int V_d, int V, gguf::Writer& w) {
+  std::vector<uint8_t> b(8 * static_cast<size_t>(V_d));
+  for (int j = 0; j < V_d; ++j) {
+    const int64_t id = (static_cast<int64_t>(j) * 7 + 3) % V;
+    std::memcpy(b.data() + 8 * j, &id, 8);
+  }
+  return w.AddTensor("d2t", DType::kI64, {V_d}, std::move(b));
+}
+
 }  // namespace
 
 Status WriteTinyTarget(const TinyTargetSpec& s, const std::string& path) {
@@ -100,7 +121,6 @@ Status WriteTinyTarget(const TinyTargetSpec& s, const std::string& path) {
 
 Status WriteDflash(const DflashSpec& s, const gguf::File& target, const std::string& path) {
   DSPARK_ASSIGN_OR_RETURN(int64_t n_embd_t, target.GetInt("qwen3.embedding_length"));
-  DSPARK_ASSIGN_OR_RETURN(std::vector<std::string> tokens, target.GetStringArray("tokenizer.ggml.tokens"));
   const gguf::TensorInfo* embd = target.FindTensor("token_embd.weight");
   if (embd == nullptr) return NotFound("test: target has no token_embd.weight");
   const int V = static_cast<int>(embd->ne[1]);
@@ -109,13 +129,7 @@ Status WriteDflash(const DflashSpec& s, const gguf::File& target, const std::str
   gguf::Writer w;
   w.SetString("general.architecture", s.arch);
   w.SetString("general.name", "dspark-test-draft");
-  if (s.write_tokenizer) {
-    w.CopyMetadataFrom(target, "tokenizer.");
-    if (s.rename_token >= 0) {
-      tokens[s.rename_token] = "renamed";
-      w.Set("tokenizer.ggml.tokens", gguf::Value::StringArray(tokens));
-    }
-  }
+  if (s.write_tokenizer) DSPARK_TRY(CopyTokenizer(target, s.rename_token, w));
   Hparams(w, a, E, s.n_layer, s.n_ff, s.n_head, s.n_head_kv, s.head_dim);
   if (s.write_target_layers) {
     std::vector<int32_t> layers(s.target_layers.begin(), s.target_layers.end());
@@ -137,13 +151,7 @@ Status WriteDflash(const DflashSpec& s, const gguf::File& target, const std::str
   const int V_d = s.n_vocab_draft > 0 ? s.n_vocab_draft : V;
   if (s.own_output || s.n_vocab_draft > 0) DSPARK_TRY(t.Matrix("output.weight", E, V_d, 4.0f));
   if (s.n_vocab_draft > 0) {
-    // Absolute target ids, a stride-7 walk (unique because 7 is coprime with the vocabulary size).
-    std::vector<uint8_t> b(8 * static_cast<size_t>(V_d));
-    for (int j = 0; j < V_d; ++j) {
-      const int64_t id = (static_cast<int64_t>(j) * 7 + 3) % V;
-      std::memcpy(b.data() + 8 * j, &id, 8);
-    }
-    DSPARK_TRY(w.AddTensor("d2t", DType::kI64, {V_d}, std::move(b)));
+    DSPARK_TRY(AddD2t(V_d, V, w));
   }
   for (int il = 0; il < s.n_layer; ++il)
     DSPARK_TRY(t.Layer(il, E, s.n_head, s.n_head_kv, s.head_dim, s.n_ff, s.attn_sinks));
@@ -161,7 +169,6 @@ Status WriteDflash(const DflashSpec& s, const gguf::File& target, const std::str
 
 Status WriteEagle3(const Eagle3Spec& s, const gguf::File& target, const std::string& path) {
   DSPARK_ASSIGN_OR_RETURN(int64_t n_embd_t, target.GetInt("qwen3.embedding_length"));
-  DSPARK_ASSIGN_OR_RETURN(std::vector<std::string> tokens, target.GetStringArray("tokenizer.ggml.tokens"));
   const gguf::TensorInfo* embd = target.FindTensor("token_embd.weight");
   if (embd == nullptr) return NotFound("test: target has no token_embd.weight");
   const int V = static_cast<int>(embd->ne[1]);
@@ -171,13 +178,7 @@ Status WriteEagle3(const Eagle3Spec& s, const gguf::File& target, const std::str
   gguf::Writer w;
   w.SetString("general.architecture", s.arch);
   w.SetString("general.name", "dspark-test-eagle3");
-  if (s.write_tokenizer) {
-    w.CopyMetadataFrom(target, "tokenizer.");
-    if (s.rename_token >= 0) {
-      tokens[s.rename_token] = "renamed";
-      w.Set("tokenizer.ggml.tokens", gguf::Value::StringArray(tokens));
-    }
-  }
+  if (s.write_tokenizer) DSPARK_TRY(CopyTokenizer(target, s.rename_token, w));
   Hparams(w, a, E, s.block_count, s.n_ff, s.n_head, s.n_head_kv, s.head_dim);
   w.SetU32(a + ".vocab_size", V);
   if (s.write_target_layers) {
@@ -197,12 +198,7 @@ Status WriteEagle3(const Eagle3Spec& s, const gguf::File& target, const std::str
   const int V_d = s.n_vocab_draft > 0 ? s.n_vocab_draft : V;
   if (s.own_output || s.n_vocab_draft > 0) DSPARK_TRY(t.Matrix("output.weight", E, V_d, 4.0f));
   if (s.n_vocab_draft > 0) {
-    std::vector<uint8_t> b(8 * static_cast<size_t>(V_d));
-    for (int j = 0; j < V_d; ++j) {
-      const int64_t id = (static_cast<int64_t>(j) * 7 + 3) % V;
-      std::memcpy(b.data() + 8 * j, &id, 8);
-    }
-    DSPARK_TRY(w.AddTensor("d2t", DType::kI64, {V_d}, std::move(b)));
+    DSPARK_TRY(AddD2t(V_d, V, w));
   }
   DSPARK_TRY(t.Vector("blk.0.attn_norm.weight", E, 1.0f, 0.1f));
   DSPARK_TRY(t.Vector("blk.0.attn_norm_2.weight", E, 1.0f, 0.1f));

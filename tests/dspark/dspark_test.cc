@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "dspark/drafter_fixture.h"
 #include "dspark/dspark_models.h"
 #include "model/quantize.h"
 #include "speculative/batch_engine.h"
@@ -28,11 +29,10 @@ std::string Tmp(const std::string& name) { return testing::TempPath("dspark_test
 
 using testing::ReferenceGreedy;
 
-class DSpark : public ::testing::Test {
+class DSpark : public testing::TapDrafterTest {
  protected:
   static void SetUpTestSuite() {
-    target_path_ = Tmp("target");
-    ASSERT_TRUE(testing::WriteTinyTarget({}, target_path_).ok());
+    WriteTarget(Tmp("target"));
     auto f = gguf::File::Open(target_path_);
     ASSERT_TRUE(f.ok());
     const gguf::File& t = **f;
@@ -65,8 +65,6 @@ class DSpark : public ::testing::Test {
     d.seed = 404;
     ASSERT_TRUE(testing::WriteDflash(d, t, Tmp("long_block")).ok());
   }
-  void SetUp() override { target_ = LoadTarget(target_path_); }
-
   Result<std::unique_ptr<Drafter>> Create(const std::string& name, const std::string& type = "draft-dspark",
                                           float p_min = 0.0f) {
     DrafterConfig cfg;
@@ -76,45 +74,6 @@ class DSpark : public ::testing::Test {
     return CreateDrafter(cfg, *target_.model, *target_.tok, pool_, 256);
   }
 
-  GenerateResult Run(Drafter* drafter, const std::vector<int32_t>& prompt, int n, ScheduleOptions so,
-                     SamplingParams sampling = {}) {
-    SpeculativeEngine engine(*target_.model, *target_.tok, pool_, 256, drafter, so);
-    GenerateOptions go;
-    go.max_new_tokens = n;
-    go.sampling = sampling;
-    go.ignore_eos = true;
-    auto r = engine.GenerateFromIds(prompt, go);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? std::move(*r) : GenerateResult{};
-  }
-
-  // Starts `seq` on the drafter and hands it the target features of the prompt's committed rows
-  // (all but the last token, the anchor), as the engine does.
-  void FeedPrompt(Drafter* d, int seq, const std::vector<int32_t>& prompt) {
-    KvCache cache(target_.model->config(), 1, 256);
-    Batch b;
-    for (size_t i = 0; i + 1 < prompt.size(); ++i) b.Add(prompt[i], static_cast<int>(i), 0, false);
-    ForwardOptions fo;
-    fo.tap_layers = d->Needs().target_tap_layers;
-    auto out = target_.model->Forward(b, cache, pool_, fo);
-    ASSERT_TRUE(out.ok());
-    TapRows rows;
-    rows.n_rows = b.size();
-    rows.n_embd = target_.model->config().n_embd;
-    for (auto& t : out->taps) rows.taps.push_back(t.data());
-    ASSERT_TRUE(d->Begin(seq).ok());
-    ASSERT_TRUE(d->ObserveTaps(seq, rows).ok());
-  }
-
-  static std::vector<int32_t> Prompt(int variant) {
-    std::vector<int32_t> p = {1};
-    for (int i = 0; i < 3 + variant * 4; ++i) p.push_back(3 + (i * (11 + variant * 6) + variant) % 57);
-    return p;
-  }
-
-  static inline std::string target_path_;
-  Loaded target_;
-  ThreadPool pool_{1};
 };
 
 TEST_F(DSpark, GreedyEqualsPlainForEveryLayoutPromptAndDraftLength) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 
+#include "dspark/drafter_fixture.h"
 #include "dspark/dspark_models.h"
 #include "model/eagle3_forward.h"
 #include "model/testing/tiny_models.h"
@@ -190,17 +191,14 @@ class ReferenceHead {
   std::vector<std::vector<double>> keys_, values_;
 };
 
-class Eagle3 : public ::testing::Test {
+class Eagle3 : public testing::TapDrafterTest {
  protected:
   static void SetUpTestSuite() {
-    target_path_ = Tmp("target");
-    ASSERT_TRUE(testing::WriteTinyTarget({}, target_path_).ok());
+    WriteTarget(Tmp("target"));
     auto f = gguf::File::Open(target_path_);
     ASSERT_TRUE(f.ok());
     for (const auto& [name, spec] : Variants()) ASSERT_TRUE(testing::WriteEagle3(spec, **f, Tmp(name)).ok()) << name;
   }
-  void SetUp() override { target_ = testing::LoadModelForTest(target_path_); }
-
   // Heads covering every option of the layout.
   static std::vector<std::pair<std::string, testing::Eagle3Spec>> Variants() {
     testing::Eagle3Spec shared;  // the target's embedding and LM head, taps down to the last layer's output
@@ -230,49 +228,6 @@ class Eagle3 : public ::testing::Test {
     return CreateDrafter(cfg, *target_.model, *target_.tok, pool_, 256);
   }
 
-  // The target's taps for the committed rows of `prompt` (all but the last token).
-  std::vector<std::vector<float>> Taps(const std::vector<int>& layers, const std::vector<int32_t>& prompt) {
-    KvCache cache(target_.model->config(), 1, 256);
-    Batch b;
-    for (size_t i = 0; i + 1 < prompt.size(); ++i) b.Add(prompt[i], static_cast<int>(i), 0, false);
-    ForwardOptions fo;
-    fo.tap_layers = layers;
-    auto out = target_.model->Forward(b, cache, pool_, fo);
-    EXPECT_TRUE(out.ok());
-    return out.ok() ? out->taps : std::vector<std::vector<float>>{};
-  }
-
-  void FeedPrompt(Drafter* d, int seq, const std::vector<int32_t>& prompt) {
-    const auto taps = Taps(d->Needs().target_tap_layers, prompt);
-    TapRows rows;
-    rows.n_rows = static_cast<int>(prompt.size()) - 1;
-    rows.n_embd = target_.model->config().n_embd;
-    for (auto& t : taps) rows.taps.push_back(t.data());
-    ASSERT_TRUE(d->Begin(seq).ok());
-    ASSERT_TRUE(d->ObserveTaps(seq, rows).ok());
-  }
-
-  GenerateResult Run(Drafter* drafter, const std::vector<int32_t>& prompt, int n, ScheduleOptions so,
-                     SamplingParams sampling = {}) {
-    SpeculativeEngine engine(*target_.model, *target_.tok, pool_, 256, drafter, so);
-    GenerateOptions go;
-    go.max_new_tokens = n;
-    go.sampling = sampling;
-    go.ignore_eos = true;
-    auto r = engine.GenerateFromIds(prompt, go);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? std::move(*r) : GenerateResult{};
-  }
-
-  static std::vector<int32_t> Prompt(int variant) {
-    std::vector<int32_t> p = {1};
-    for (int i = 0; i < 3 + variant * 4; ++i) p.push_back(3 + (i * (11 + variant * 6) + variant) % 57);
-    return p;
-  }
-
-  static inline std::string target_path_;
-  Loaded target_;
-  ThreadPool pool_{1};
 };
 
 // The forward pass against the reference, row by row, for committed rows run in one pass and

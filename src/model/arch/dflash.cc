@@ -116,22 +116,14 @@ Result<std::unique_ptr<DflashModel>> DflashModel::FromFile(std::shared_ptr<const
 Status DflashModel::ReadConfig(const ModelConfig& tc) {
   const gguf::File& f = *file_;
   DflashConfig& c = config_;
-  // Hyperparameters.
-  DSPARK_ASSIGN_OR_RETURN(c.n_embd, ReadPositive(f, Key("embedding_length")));
-  DSPARK_ASSIGN_OR_RETURN(c.n_layer, ReadPositive(f, Key("block_count")));
-  DSPARK_ASSIGN_OR_RETURN(c.n_ff, ReadPositive(f, Key("feed_forward_length")));
-  DSPARK_ASSIGN_OR_RETURN(c.n_head, ReadPositive(f, Key("attention.head_count")));
-  DSPARK_ASSIGN_OR_RETURN(c.n_head_kv, ReadPositive(f, Key("attention.head_count_kv"), c.n_head));
-  DSPARK_ASSIGN_OR_RETURN(c.head_dim, ReadPositive(f, Key("attention.key_length"), c.n_embd / c.n_head));
-  DSPARK_ASSIGN_OR_RETURN(int head_dim_v, ReadPositive(f, Key("attention.value_length"), c.head_dim));
-  if (head_dim_v != c.head_dim)
-    return InvalidArgument("spec: {}: dflash.attention.value_length {} must equal key_length {}", f.path(), head_dim_v,
-                           c.head_dim);
-  if (c.n_head % c.n_head_kv != 0)
-    return InvalidArgument("spec: {}: n_head {} is not a multiple of n_head_kv {}", f.path(), c.n_head, c.n_head_kv);
-  DSPARK_ASSIGN_OR_RETURN(double eps, f.GetFloatOr(Key("attention.layer_norm_rms_epsilon"), 1e-6));
-  if (!(eps > 0 && eps < 1)) return InvalidArgument("spec: {}: rms epsilon {} out of range", f.path(), eps);
-  c.rms_eps = static_cast<float>(eps);
+  DSPARK_ASSIGN_OR_RETURN(DraftLayerShape shape, ReadDraftLayerShape(f, kArch));
+  c.n_embd = shape.n_embd;
+  c.n_layer = shape.n_layer;
+  c.n_ff = shape.n_ff;
+  c.n_head = shape.n_head;
+  c.n_head_kv = shape.n_head_kv;
+  c.head_dim = shape.head_dim;
+  c.rms_eps = shape.rms_eps;
   if (c.n_embd != tc.n_embd)
     return InvalidArgument("spec: {}: draft width dflash.embedding_length = {} differs from the target's hidden size "
                            "{}; a dflash draft must be as wide as its target",

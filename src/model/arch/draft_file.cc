@@ -72,6 +72,27 @@ Result<int> ReadPositive(const gguf::File& f, const std::string& key, int64_t fa
   return static_cast<int>(*v);
 }
 
+Result<DraftLayerShape> ReadDraftLayerShape(const gguf::File& f, const std::string& arch) {
+  auto key = [&](const char* k) { return arch + "." + k; };
+  DraftLayerShape c;
+  DSPARK_ASSIGN_OR_RETURN(c.n_embd, ReadPositive(f, key("embedding_length")));
+  DSPARK_ASSIGN_OR_RETURN(c.n_layer, ReadPositive(f, key("block_count")));
+  DSPARK_ASSIGN_OR_RETURN(c.n_ff, ReadPositive(f, key("feed_forward_length")));
+  DSPARK_ASSIGN_OR_RETURN(c.n_head, ReadPositive(f, key("attention.head_count")));
+  DSPARK_ASSIGN_OR_RETURN(c.n_head_kv, ReadPositive(f, key("attention.head_count_kv"), c.n_head));
+  DSPARK_ASSIGN_OR_RETURN(c.head_dim, ReadPositive(f, key("attention.key_length"), c.n_embd / c.n_head));
+  DSPARK_ASSIGN_OR_RETURN(int head_dim_v, ReadPositive(f, key("attention.value_length"), c.head_dim));
+  if (head_dim_v != c.head_dim)
+    return InvalidArgument("spec: {}: {}.attention.value_length {} must equal key_length {}", f.path(), arch,
+                           head_dim_v, c.head_dim);
+  if (c.n_head % c.n_head_kv != 0)
+    return InvalidArgument("spec: {}: n_head {} is not a multiple of n_head_kv {}", f.path(), c.n_head, c.n_head_kv);
+  DSPARK_ASSIGN_OR_RETURN(double eps, f.GetFloatOr(key("attention.layer_norm_rms_epsilon"), 1e-6));
+  if (!(eps > 0 && eps < 1)) return InvalidArgument("spec: {}: rms epsilon {} out of range", f.path(), eps);
+  c.rms_eps = static_cast<float>(eps);
+  return c;
+}
+
 Result<DraftVocabHead> BindVocabHead(const gguf::File& f, const Model& target, int64_t n_embd, DraftBinder& b) {
   const int n_vocab = target.config().n_vocab;
   const int64_t target_width = target.config().n_embd;

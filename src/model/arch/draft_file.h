@@ -40,6 +40,15 @@ class DraftBinder {
 // makes the key optional.
 Result<int> ReadPositive(const gguf::File& f, const std::string& key, int64_t fallback = -1);
 
+// The shape of a draft's transformer layers: `<arch>.embedding_length`, block_count,
+// feed_forward_length, attention.head_count (_kv), key_length = value_length (default
+// n_embd / n_head), layer_norm_rms_epsilon (default 1e-6), each range-checked.
+struct DraftLayerShape {
+  int n_embd = 0, n_layer = 0, n_ff = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  float rms_eps = 1e-6f;
+};
+Result<DraftLayerShape> ReadDraftLayerShape(const gguf::File& f, const std::string& arch);
+
 // The vocabulary side of a draft of width `n_embd`: its own token_embd.weight or the target's, its
 // own output.weight or the target's, and d2t (absolute target ids, i64, each at most once; it
 // needs the draft's own head). The target's tables serve only if they are n_embd wide.

@@ -40,24 +40,16 @@ Result<std::unique_ptr<Eagle3Model>> Eagle3Model::FromFile(std::shared_ptr<const
 Status Eagle3Model::ReadConfig(const ModelConfig& tc) {
   const gguf::File& f = *file_;
   Eagle3Config& c = config_;
-  DSPARK_ASSIGN_OR_RETURN(c.n_embd, ReadPositive(f, Key("embedding_length")));
-  DSPARK_ASSIGN_OR_RETURN(int n_layer, ReadPositive(f, Key("block_count"), 1));
-  if (n_layer != 1)
+  DSPARK_ASSIGN_OR_RETURN(DraftLayerShape shape, ReadDraftLayerShape(f, kArch));
+  if (shape.n_layer != 1)
     return InvalidArgument("spec: {}: eagle3.block_count is {}; an EAGLE-3 head has exactly one decoder layer",
-                           f.path(), n_layer);
-  DSPARK_ASSIGN_OR_RETURN(c.n_ff, ReadPositive(f, Key("feed_forward_length")));
-  DSPARK_ASSIGN_OR_RETURN(c.n_head, ReadPositive(f, Key("attention.head_count")));
-  DSPARK_ASSIGN_OR_RETURN(c.n_head_kv, ReadPositive(f, Key("attention.head_count_kv"), c.n_head));
-  DSPARK_ASSIGN_OR_RETURN(c.head_dim, ReadPositive(f, Key("attention.key_length"), c.n_embd / c.n_head));
-  DSPARK_ASSIGN_OR_RETURN(int head_dim_v, ReadPositive(f, Key("attention.value_length"), c.head_dim));
-  if (head_dim_v != c.head_dim)
-    return InvalidArgument("spec: {}: eagle3.attention.value_length {} must equal key_length {}", f.path(), head_dim_v,
-                           c.head_dim);
-  if (c.n_head % c.n_head_kv != 0)
-    return InvalidArgument("spec: {}: n_head {} is not a multiple of n_head_kv {}", f.path(), c.n_head, c.n_head_kv);
-  DSPARK_ASSIGN_OR_RETURN(double eps, f.GetFloatOr(Key("attention.layer_norm_rms_epsilon"), 1e-6));
-  if (!(eps > 0 && eps < 1)) return InvalidArgument("spec: {}: rms epsilon {} out of range", f.path(), eps);
-  c.rms_eps = static_cast<float>(eps);
+                           f.path(), shape.n_layer);
+  c.n_embd = shape.n_embd;
+  c.n_ff = shape.n_ff;
+  c.n_head = shape.n_head;
+  c.n_head_kv = shape.n_head_kv;
+  c.head_dim = shape.head_dim;
+  c.rms_eps = shape.rms_eps;
   DSPARK_ASSIGN_OR_RETURN(int n_ctx_train, ReadPositive(f, Key("context_length"), 2048));
   // llama.cpp runs the head as a llama-family model: adjacent-pair RoPE (its converter permutes
   // Q and K for it).

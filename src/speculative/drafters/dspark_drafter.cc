@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "speculative/drafters/context_rows.h"
+
 namespace dspark {
 
 namespace {
@@ -42,29 +44,14 @@ Status DSparkDrafter::Begin(int seq) {
   return Status::Ok();
 }
 
-namespace {
-// The context rows of a request, kept for the host prompt cache.
-class SavedContext final : public DrafterRows {
- public:
-  SavedContext(const DflashModel& model, int rows) : ctx(model, rows) {}
-  size_t bytes() const override { return ctx.bytes(); }
-  DflashContext ctx;
-};
-}  // namespace
-
 Result<int> DSparkDrafter::BeginWithPrefix(int seq, int from, int rows, const DrafterRows* saved) {
   // The context rows are the target's features: kept where this drafter injected them (rows still
   // pending when a request ended were dropped with it) or saved with the host prompt cache.
-  const DflashContext* source = nullptr;
-  if (from >= 0) {
+  if (from >= 0 && from != seq) {
     auto it = seqs_.find(from);
-    if (it != seqs_.end() && it->second.ctx != nullptr) {
-      if (from != seq && it->second.pending_rows > 0) DSPARK_TRY(Flush(it->second));
-      source = it->second.ctx.get();
-    }
-  } else if (const auto* kept = dynamic_cast<const SavedContext*>(saved); kept != nullptr) {
-    source = &kept->ctx;
+    if (it != seqs_.end() && it->second.pending_rows > 0) DSPARK_TRY(Flush(it->second));
   }
+  const DflashContext* source = PrefixSource<DflashContext, DflashModel>(seqs_, from, saved);
   if (source == nullptr) {
     DSPARK_TRY(Begin(seq));
     return 0;
@@ -79,12 +66,7 @@ Result<int> DSparkDrafter::BeginWithPrefix(int seq, int from, int rows, const Dr
 
 std::unique_ptr<DrafterRows> DSparkDrafter::SaveRows(int seq, int rows) {
   auto it = seqs_.find(seq);
-  if (it == seqs_.end() || it->second.ctx == nullptr) return nullptr;
-  const int keep = std::min(rows, it->second.ctx->length());
-  if (keep <= 0) return nullptr;
-  auto saved = std::make_unique<SavedContext>(*model_, keep);
-  if (!saved->ctx.KeepPrefixOf(*it->second.ctx, keep).ok()) return nullptr;
-  return saved;
+  return SaveContextRows(it == seqs_.end() ? nullptr : it->second.ctx.get(), *model_, rows);
 }
 
 void DSparkDrafter::End(int seq) {

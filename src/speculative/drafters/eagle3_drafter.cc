@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "speculative/drafters/context_rows.h"
 #include "speculative/drafters/draft_step.h"
 
 namespace dspark {
@@ -42,24 +43,8 @@ Status Eagle3Drafter::Begin(int seq) {
   return Status::Ok();
 }
 
-namespace {
-// The committed rows of a request, kept for the host prompt cache.
-class SavedContext final : public DrafterRows {
- public:
-  SavedContext(const Eagle3Model& model, int rows) : ctx(model, rows) {}
-  size_t bytes() const override { return ctx.bytes(); }
-  Eagle3Context ctx;
-};
-}  // namespace
-
 Result<int> Eagle3Drafter::BeginWithPrefix(int seq, int from, int rows, const DrafterRows* saved) {
-  const Eagle3Context* source = nullptr;
-  if (from >= 0) {
-    auto it = seqs_.find(from);
-    if (it != seqs_.end() && it->second.ctx != nullptr) source = it->second.ctx.get();
-  } else if (const auto* kept = dynamic_cast<const SavedContext*>(saved); kept != nullptr) {
-    source = &kept->ctx;
-  }
+  const Eagle3Context* source = PrefixSource<Eagle3Context, Eagle3Model>(seqs_, from, saved);
   // Row P was run with token P+1: the shared prefix's last row paired it with a token the new
   // request may not share, so it is run again.
   const int keep = source == nullptr ? 0 : std::min(rows - 1, source->length());
@@ -77,12 +62,7 @@ Result<int> Eagle3Drafter::BeginWithPrefix(int seq, int from, int rows, const Dr
 
 std::unique_ptr<DrafterRows> Eagle3Drafter::SaveRows(int seq, int rows) {
   auto it = seqs_.find(seq);
-  if (it == seqs_.end() || it->second.ctx == nullptr) return nullptr;
-  const int keep = std::min(rows, it->second.ctx->length());
-  if (keep <= 0) return nullptr;
-  auto saved = std::make_unique<SavedContext>(*model_, keep);
-  if (!saved->ctx.KeepPrefixOf(*it->second.ctx, keep).ok()) return nullptr;
-  return saved;
+  return SaveContextRows(it == seqs_.end() ? nullptr : it->second.ctx.get(), *model_, rows);
 }
 
 void Eagle3Drafter::End(int seq) {
