@@ -53,7 +53,8 @@ INFLATE := $(INFLATE_CMD) --shape 1.7b
 INFLATE_SRC := $(addprefix tools/train/dspark_train/,inflate.py gguf_reader.py gguf_writer.py)
 QUANTIZER_SRC := src/model/quantize.cc src/kernels/ref/quant_ref.cc
 BENCH_MODELS := $(addprefix $(Q8)/,ref-target-1.7b-Q4_K_M.gguf ref-target-1.7b-Q8_0.gguf \
-                  ref-dspark-1.7b-F16.gguf ref-dspark-1.7b-Q8_0.gguf)
+                  ref-dspark-1.7b-F16.gguf ref-dspark-1.7b-Q8_0.gguf \
+                  ref-eagle3-1.7b-F16.gguf ref-eagle3-1.7b-Q8_0.gguf)
 # Its mixture-of-experts counterpart: the same target upcycled to qwen3moe (`inflate --shape moe`:
 # width x2, 34 blocks, 64 copies of each FFN as experts, 8 used; 10.3 B parameters, 1.35 B active).
 # The F16 intermediate (21 GB) is deleted after quantising; the single-threaded quantiser sets the
@@ -96,6 +97,11 @@ $(Q8)/ref-target-1.7b-F16.gguf: models/ref-target.gguf $(INFLATE_SRC)
 # The drafter's map (width, taps) is the target's; inflate reads the target for it.
 $(Q8)/ref-dspark-1.7b-F16.gguf: models/ref-dspark.gguf models/ref-target.gguf $(INFLATE_SRC)
 	@$(INFLATE) --target models/ref-target.gguf --dspark $< --dspark-out $@
+
+# The EAGLE-3 head keeps its width: taps moved, fc's columns tiled, and its own embedding and LM
+# head (the small target's), since the inflated target's are wider.
+$(Q8)/ref-eagle3-1.7b-F16.gguf: models/ref-eagle3.gguf models/ref-target.gguf $(INFLATE_SRC)
+	@$(INFLATE) --target models/ref-target.gguf --eagle3 $< --eagle3-out $@
 
 # Written under a temporary name: an interrupted run leaves no file that looks up to date.
 $(Q8)/ref-%-1.7b-Q4_K_M.gguf: $(Q8)/ref-%-1.7b-F16.gguf $(QUANTIZER_SRC) | $(DSPARK)

@@ -15,6 +15,8 @@
 #   tools/train/pipeline.sh target-data-2     phase 2: greedy continuations of the phase-2 target
 #   tools/train/pipeline.sh drafters-2        phase 2: both drafters warm-started for the phase-2 target, export
 #   tools/train/pipeline.sh eval              offline tau of both drafters (both validation sets)
+#   tools/train/pipeline.sh eagle3            the EAGLE-3 head: engine data (if missing), training, export + offline tau
+#   tools/train/pipeline.sh bench-eagle3      the EAGLE-3 head converted for the 1.7b inflated target (build/models/)
 #   tools/train/pipeline.sh test              unit tests of the toolkit
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -116,6 +118,20 @@ for stage in "$@"; do
       $DT eval-drafters --draft models/ref-draft.gguf --dspark models/ref-dspark.gguf --n-prompts 64 \
         --val-manifest $V1
       $DT model-card ;;
+    eagle3)
+      # Greedy and sampled continuations of the current target by the C++ engine (gen-target-data
+      # skips the shards already there), then the head trained online with the training-time test.
+      $DT gen-target-data --engine build/bin/dspark --out "$TD/target-gen-greedy" --n-seqs 4096 --batch 64 \
+        --seed 21 --temperature 0
+      $DT gen-target-data --engine build/bin/dspark --out "$TD/target-gen-2" --n-seqs 4096 --batch 64 \
+        --seed 8 --temperature 0.7
+      nice -n 19 $DT train-eagle3 --data "$TD/target-gen-greedy,$TD/target-gen-2" --out "$TD/eagle3" \
+        --steps 2800 --lr 1e-3 --resume
+      $DT export-eagle3 --ckpt "$TD/eagle3/ckpt.pt" --eval-prompts 64 ;;
+    bench-eagle3)
+      # What `make bench-models` does for the DSpark drafter: the head for the 1.7b inflated target
+      # (reads the target for the map; writes only the drafter).
+      $DT inflate --shape 1.7b --eagle3 models/ref-eagle3.gguf --eagle3-out build/models/ref-eagle3-1.7b-F16.gguf ;;
     test) $PY -m pytest -q tools/train/tests ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

@@ -17,6 +17,8 @@ COMMANDS = {
     "gen-target-data": ("gen_target_data", "the target's own continuations (PyTorch or the C++ engine)"),
     "train-dspark": ("train_dspark", "train the DSpark drafter (resumable)"),
     "export-dspark": ("export_dspark", "DSpark checkpoint -> models/ref-dspark.gguf (dflash)"),
+    "train-eagle3": ("train_eagle3", "train the EAGLE-3 drafter, training-time test (resumable)"),
+    "export-eagle3": ("export_eagle3", "EAGLE-3 checkpoint -> models/ref-eagle3.gguf (eagle3)"),
     "export-golden": ("export_golden", "golden outputs for the C++ tests (tests/data/golden/)"),
     "eval-drafters": ("eval_drafters", "offline acceptance (tau) of the drafters"),
     "prompts": ("prompts", "held-out prompt sets (bench/prompts/)"),

@@ -9,6 +9,7 @@ and for DSpark the confidence head's calibration: per position, mean predicted s
 realised acceptance rate.
 
     /usr/bin/python3 -m dspark_train eval-drafters --draft models/ref-draft.gguf --dspark models/ref-dspark.gguf
+    /usr/bin/python3 -m dspark_train eval-drafters --eagle3 models/ref-eagle3.gguf
 """
 import argparse
 import json
@@ -47,6 +48,38 @@ def load_dspark(path):
         m = DSpark(DSparkConfig(**ck["config"]))
         m.load_state_dict(ck["model"])
     return m.eval()
+
+
+def load_eagle3(path):
+    """(Eagle3, own token_embd or None, own output or None, d2t or None) from our eagle3 GGUF, or
+    (Eagle3, None, None, None) from a training checkpoint (the drafter then uses the target's tables)."""
+    from .eagle3_model import Eagle3, Eagle3Config
+    if str(path).endswith(".gguf"):
+        from . import export_eagle3
+        f = gguf_reader.read(path)
+        md = f.metadata
+        c = gguf_model.config_from_metadata(md, "eagle3")
+        cfg = Eagle3Config(**{k: getattr(c, k) for k in ("vocab_size", "n_layer", "n_embd", "n_head", "n_head_kv",
+                                                         "head_dim", "n_ff", "n_ctx", "rope_base", "norm_eps")},
+                           target_n_embd=md["eagle3.target_hidden_size"],
+                           target_layers=list(md["eagle3.target_layers"]),
+                           norm_before_fc=bool(md.get("eagle3.norm_before_fc", False)),
+                           norm_before_residual=bool(md.get("eagle3.norm_before_residual", False)))
+        m = Eagle3(cfg)
+        tables = {"token_embd.weight": None, "output.weight": None, "d2t": None}
+        state = {}
+        for n, a in f.tensors.items():
+            if n in tables:
+                tables[n] = torch.from_numpy(np.array(a))
+            else:
+                state[export_eagle3.param_name(n)] = torch.from_numpy(np.array(a, dtype=np.float32))
+        m.load_state_dict(state)
+        emb, head, d2t = tables["token_embd.weight"], tables["output.weight"], tables["d2t"]
+        return m.eval(), (None if emb is None else emb.float()), (None if head is None else head.float()), d2t
+    ck = tu.load_checkpoint(path)
+    m = Eagle3(Eagle3Config(**ck["config"]))
+    m.load_state_dict(ck["model"])
+    return m.eval(), None, None, None
 
 
 def val_stream(manifest=None):
@@ -182,6 +215,32 @@ def eval_dspark_sampled(target, drafter, prompts, n_draft, gen_len, temperature,
 
 
 @torch.no_grad()
+def eval_eagle3(target, loaded, seqs, n_draft):
+    """Greedy chain drafting as llama.cpp's eagle3 driver does it: at anchor j (the newest committed
+    token s[j], target features known for positions < j) the rows (s[P+1], g_P), P < j, are in the
+    draft's cache, the row at j-1 predicts the first draft, each further row takes the previous
+    draft and the previous row's prenorm output. tau and acceptance per draft position as for the
+    other drafters; the drafter's KV cache keeps the committed rows across steps."""
+    from .eagle3_model import Eagle3Cache
+    drafter, own_embd, own_head, d2t = loaded
+    st = Stats(n_draft)
+    embd = (target.tok_embd.weight if own_embd is None else own_embd).float()
+    head = (target.tok_embd.weight if own_head is None else own_head).float()
+    ids = tuple(l - 1 for l in drafter.c.target_layers)  # layer L's input = layer L-1's output
+    for p, y in seqs:
+        s = p + y
+        _, tapped = target.hidden_states(torch.tensor([s]), taps=ids)
+        feats = torch.cat([tapped[i] for i in ids], -1).float()
+        cache = Eagle3Cache()
+        j = len(p)  # y[0] is the first target token: the newest committed token
+        while j + n_draft < len(s):
+            toks, _ = drafter.draft(embd, head, feats[:, :j], s[:j + 1], n_draft, cache=cache, d2t=d2t)
+            a = st.add(toks, s[j + 1:j + 1 + n_draft])
+            j += a + 1
+    return st.report()
+
+
+@torch.no_grad()
 def eval_draft_model(target, draft, seqs, n_draft):
     st = Stats(n_draft)
     for p, y in seqs:
@@ -208,6 +267,8 @@ def main(argv=None):
     ap.add_argument("--target", default=str(TARGET_GGUF))
     ap.add_argument("--draft", default=None, help="draft model GGUF (qwen3) or checkpoint")
     ap.add_argument("--dspark", default=None, help="DSpark GGUF (dflash) or checkpoint")
+    ap.add_argument("--eagle3", default=None, help="EAGLE-3 GGUF (eagle3) or checkpoint")
+    ap.add_argument("--eagle3-n", type=int, default=5, help="draft length of the EAGLE-3 drafter")
     ap.add_argument("--n-prompts", type=int, default=16)
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--gen-len", type=int, default=128)
@@ -238,6 +299,9 @@ def main(argv=None):
                                                            a.gen_len, a.sample_temperature, a.seed),
                                      "block_size": ds.c.block_size}
             print("dspark, speculative sampling:", json.dumps(res["dspark_sampled"]), flush=True)
+    if a.eagle3:
+        res["eagle3"] = {**eval_eagle3(target, load_eagle3(a.eagle3), seqs, a.eagle3_n), "draft_n": a.eagle3_n}
+        print("eagle3:", json.dumps(res["eagle3"]), flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
@@ -249,7 +313,7 @@ def main(argv=None):
         setting["manifest"] = Path(a.val_manifest).name
         record_key = "offline_eval_" + Path(a.val_manifest).stem
     for key, path, extra in (("draft", a.draft, {"draft_n": a.draft_n}), ("dspark", a.dspark, {}),
-                             ("dspark_sampled", a.dspark, {"seed": a.seed})):
+                             ("dspark_sampled", a.dspark, {"seed": a.seed}), ("eagle3", a.eagle3, {})):
         summary = Path(path).with_suffix(".json") if path and str(path).endswith(".gguf") else None
         if key in res and summary is not None and summary.exists():
             s = json.loads(summary.read_text())

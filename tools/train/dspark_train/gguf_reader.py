@@ -9,7 +9,7 @@ import numpy as np
 
 _FMT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-_GGML_DTYPE = {0: np.float32, 1: np.float16}
+_GGML_DTYPE = {0: np.float32, 1: np.float16, 27: np.int64}
 
 
 class GGUFFile:

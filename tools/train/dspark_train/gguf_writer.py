@@ -19,9 +19,9 @@ UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64,
 _SCALAR_FMT = {UINT8: "<B", INT8: "<b", UINT16: "<H", INT16: "<h", UINT32: "<I", INT32: "<i",
                FLOAT32: "<f", BOOL: "<?", UINT64: "<Q", INT64: "<q", FLOAT64: "<d"}
 
-# ggml_type of tensor data
-GGML_F32, GGML_F16 = 0, 1
-_GGML_NP = {GGML_F32: np.float32, GGML_F16: np.float16}
+# ggml_type of tensor data (I64: an eagle3 drafter's d2t, draft -> target token ids)
+GGML_F32, GGML_F16, GGML_I64 = 0, 1, 27
+_GGML_NP = {GGML_F32: np.float32, GGML_F16: np.float16, GGML_I64: np.int64}
 
 
 def _str(s: str) -> bytes:

@@ -30,6 +30,10 @@ columns per tapped layer, conf_proj's hidden part, its blocks as the target's. I
 new index of the same original layer's output. It then drafts, for the inflated target, what it
 drafted for the small one. The Markov head (indexed by token ids) is unchanged.
 
+An EAGLE-3 head (llama.cpp `eagle3`, `--eagle3`) keeps its own width: its taps move the same way,
+fc's input columns are tiled per tap / m (its output is the head's width), and it gets its own
+embedding and LM head (the small target's), the inflated target's being m times wider.
+
 Sparse upcycling (`--moe-experts E --moe-used K`, `--shape moe`): a qwen3moe target, every FFN
 (the identity blocks' too) replaced by E experts that are each an exact copy of the (inflated) dense
 FFN, behind a random router (ffn_gate_inp, F32). qwen3moe normalises the K chosen experts' weights
@@ -45,7 +49,8 @@ The output is F16 (F32 vectors and routers), deterministic: the same inputs and 
 same bytes.
 
     /usr/bin/python3 -m dspark_train inflate --shape 1.7b --out build/models/ref-target-1.7b-F16.gguf \\
-        --dspark models/ref-dspark.gguf --dspark-out build/models/ref-dspark-1.7b-F16.gguf
+        --dspark models/ref-dspark.gguf --dspark-out build/models/ref-dspark-1.7b-F16.gguf \\
+        --eagle3 models/ref-eagle3.gguf --eagle3-out build/models/ref-eagle3-1.7b-F16.gguf
     /usr/bin/python3 -m dspark_train inflate --shape moe --out build/models/ref-target-moe-F16.gguf
 """
 import argparse
@@ -61,7 +66,7 @@ import numpy as np
 
 from . import gguf_reader
 from . import gguf_writer as gw
-from .paths import DSPARK_GGUF, TARGET_GGUF
+from .paths import DSPARK_GGUF, EAGLE3_GGUF, TARGET_GGUF
 
 # name -> (width multiplier, blocks, experts, experts used; 0 experts: a dense qwen3).
 # 1.7b: 2304 wide (36/12 heads of 64, FFN 6144), 28 blocks: 1.60 B parameters, Qwen3-1.7B's weight
@@ -122,12 +127,20 @@ def tile_matrix(w, m, rows=True, cols=True):
     return a
 
 
-def tile_fc(w, m, n_taps):
-    """fc [E, L*E] reads the concatenated taps [h_1 | ... | h_L]; each tap block is tiled / m."""
+def tile_fc(w, m, n_taps, rows=True):
+    """fc [E, L*E_t] reads the concatenated taps [h_1 | ... | h_L]; each tap block is tiled / m.
+    rows: its output is tiled too (the DSpark drafter, as wide as the target); an EAGLE-3 head
+    keeps its own width (rows=False)."""
     e = w.shape[0]
     a = np.asarray(w, dtype=np.float64).reshape(e, n_taps, 1, -1) / m
     a = np.broadcast_to(a, (e, n_taps, m, a.shape[-1])).reshape(e, -1)
-    return np.tile(a, (m, 1))
+    return np.tile(a, (m, 1)) if rows else a
+
+
+def tile_taps_vector(v, m, n_taps):
+    """A vector over the concatenated taps (eagle3's enc.output_norm [L*E_t]), tiled per tap."""
+    a = np.asarray(v).reshape(n_taps, 1, -1)
+    return np.broadcast_to(a, (n_taps, m, a.shape[-1])).reshape(-1)
 
 
 def tile_conf(w, m, n_embd):
@@ -226,7 +239,7 @@ def _write(w, out, label):
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    sizes = [int(np.prod(shape, dtype=np.int64)) * (4 if gtype == gw.GGML_F32 else 2) for _, shape, gtype, _ in w.tensors]
+    sizes = [int(np.prod(shape, dtype=np.int64)) * np.dtype(gw._GGML_NP[gtype]).itemsize for _, shape, gtype, _ in w.tensors]
     digest = w.write(tmp, progress=_Bar(label, sizes))
     os.replace(tmp, out)
     return digest
@@ -380,6 +393,59 @@ def dspark_writer(f, m, n_embd_target, pos, name, source_sha256):
     return w, new_taps
 
 
+def eagle3_writer(f, m, target, pos, name, source_sha256):
+    """GGUFWriter of an EAGLE-3 head (llama.cpp `eagle3`) for the inflated target. The head keeps
+    its width: only what reads the target changes. Its taps move to the new index of the same
+    original layer's output, fc's input columns follow the tiling (each tap block tiled / m, so fc
+    of the tiled taps is fc of the original ones), a norm over the taps (norm_before_fc) is tiled per
+    tap, and target_hidden_size is the new width. The inflated target's embedding and LM head are
+    m times wider than the head, so the file carries its own: the small target's (token_embd, and
+    output.weight or the tied embedding), unless it already had them."""
+    md = f.metadata
+    if md.get("general.architecture") != "eagle3":
+        raise ValueError(f"{f.path}: architecture {md.get('general.architecture')!r}, expected eagle3")
+    e_t = target.metadata["qwen3.embedding_length"]
+    if md["eagle3.target_hidden_size"] != e_t:
+        raise ValueError(f"{f.path}: target_hidden_size {md['eagle3.target_hidden_size']} is not the target's {e_t}")
+    taps = list(md["eagle3.target_layers"])
+    if max(taps) > len(pos):
+        raise ValueError(f"{f.path}: eagle3.target_layers {taps} reach past the target's {len(pos)} layers")
+    new_taps = [tap_index(t, pos) for t in taps]
+    w = gw.GGUFWriter()
+    _copy_metadata(w, f, {
+        "general.name": name,
+        "eagle3.target_layers": new_taps,
+        "eagle3.target_hidden_size": e_t * m,
+    }, {
+        "dspark.inflate.source_sha256": (gw.STRING, source_sha256),
+        "dspark.inflate.width_mult": (gw.UINT32, m),
+    })
+    T, info = f.tensors, f.tensor_info
+    TT = target.tensors
+    if "token_embd.weight" not in T or "output.weight" not in T:
+        if md["eagle3.embedding_length"] != e_t:
+            raise ValueError(f"{f.path}: the head ({md['eagle3.embedding_length']} wide) has no own tables and "
+                             f"is not as wide as the target ({e_t}) whose tables it would use")
+    if "token_embd.weight" not in T:
+        emb = TT["token_embd.weight"]
+        w.add_tensor_lazy("token_embd.weight", emb.shape, gw.GGML_F16, lambda: np.asarray(emb))
+    for n, a in T.items():
+        if n == "fc.weight":
+            produce, shape = (lambda a=a: tile_fc(a, m, len(taps), rows=False)), (a.shape[0], a.shape[1] * m)
+        elif n == "enc.output_norm.weight":
+            produce, shape = (lambda a=a: tile_taps_vector(a, m, len(taps))), (a.shape[0] * m,)
+        elif n.startswith("blk.") or n in ("output_norm.weight", "token_embd.weight", "output.weight", "d2t") \
+                or n.endswith(".scale"):
+            produce, shape = (lambda a=a: np.asarray(a)), a.shape  # the head's own width: unchanged
+        else:
+            raise ValueError(f"{f.path}: no inflation rule for tensor '{n}'")
+        w.add_tensor_lazy(n, shape, info[n][1], produce)
+    if "output.weight" not in T:
+        head = TT["output.weight"] if "output.weight" in TT else TT["token_embd.weight"]
+        w.add_tensor_lazy("output.weight", head.shape, gw.GGML_F16, lambda: np.asarray(head))
+    return w, new_taps
+
+
 def count_parameters(w, n_expert=0, n_used=0):
     """(parameters, parameters a token reads) of a writer's tensors: of an expert stack, the
     n_used experts chosen."""
@@ -407,11 +473,15 @@ def main(argv=None):
     ap.add_argument("--name", help="general.name of the inflated target (default: the source's, with the shape)")
     ap.add_argument("--dspark", help=f"also convert this DSpark drafter (dflash GGUF, e.g. {DSPARK_GGUF.name})")
     ap.add_argument("--dspark-out", help="where the converted drafter goes (with --dspark)")
+    ap.add_argument("--eagle3", help=f"also convert this EAGLE-3 head (eagle3 GGUF, e.g. {EAGLE3_GGUF.name})")
+    ap.add_argument("--eagle3-out", help="where the converted EAGLE-3 head goes (with --eagle3)")
     a = ap.parse_args(argv)
     if bool(a.dspark) != bool(a.dspark_out):
         ap.error("--dspark and --dspark-out go together")
-    if not a.out and not a.dspark_out:
-        ap.error("nothing to write: give --out, --dspark-out or both")
+    if bool(a.eagle3) != bool(a.eagle3_out):
+        ap.error("--eagle3 and --eagle3-out go together")
+    if not a.out and not a.dspark_out and not a.eagle3_out:
+        ap.error("nothing to write: give --out, --dspark-out, --eagle3-out or several")
 
     f = gguf_reader.read(a.target)
     m, n_blocks, n_expert, n_used = SHAPES.get(a.shape, (1, f.metadata["qwen3.block_count"], 0, 0))
@@ -446,6 +516,13 @@ def main(argv=None):
         print(f"inflate: {a.dspark}: taps {list(d.metadata['dflash.target_layers'])} -> {taps}",
               file=sys.stderr, flush=True)
         digests.append((_write(dw, a.dspark_out, f"inflate {Path(a.dspark_out).name}"), a.dspark_out))
+    if a.eagle3:
+        d = gguf_reader.read(a.eagle3)
+        ename = f"{d.metadata.get('general.name', 'eagle3')}-{tag}"
+        ew, taps = eagle3_writer(d, m, f, pos, ename, _sha256(a.eagle3))
+        print(f"inflate: {a.eagle3}: taps {list(d.metadata['eagle3.target_layers'])} -> {taps}",
+              file=sys.stderr, flush=True)
+        digests.append((_write(ew, a.eagle3_out, f"inflate {Path(a.eagle3_out).name}"), a.eagle3_out))
     for digest, path in digests:
         print(f"{digest}  {path}")
     return 0

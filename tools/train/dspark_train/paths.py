@@ -19,6 +19,7 @@ MANIFEST = MODELS_DIR / "corpus-manifest.tsv"
 TARGET_GGUF = MODELS_DIR / "ref-target.gguf"
 DRAFT_GGUF = MODELS_DIR / "ref-draft.gguf"
 DSPARK_GGUF = MODELS_DIR / "ref-dspark.gguf"
+EAGLE3_GGUF = MODELS_DIR / "ref-eagle3.gguf"
 
 
 def train_dir() -> Path:

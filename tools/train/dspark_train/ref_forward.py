@@ -1,5 +1,5 @@
 """Pure-numpy forward pass of a qwen3 or qwen3moe GGUF, written from llama.cpp's graph (not from
-model.py).
+model.py); and of an eagle3 drafter (Eagle3Ref: llama.cpp's src/models/eagle3.cpp, not eagle3_model.py).
 
 It is the independent check that the exported file means what the PyTorch model computes:
 same tensor names, orientation (ne = [in, out]), per-head q/k norm, NeoX RoPE, GQA head mapping,
@@ -124,6 +124,116 @@ def forward(gguf, ids, arch=None, taps=None, routes=None):
     out_w = W.get("output.weight", W["token_embd.weight"])  # tied when output.weight is absent
     logits = x @ out_w.T
     return logits if taps is None else (logits, tapped)
+
+
+# -- eagle3 (llama.cpp's src/models/eagle3.cpp) --
+
+def _rope_norm(x, pos, base):
+    """x [T, H, D]: rotate adjacent pairs (2i, 2i+1) by pos * base^(-2i/D) (GGML_ROPE_TYPE_NORM)."""
+    d = x.shape[-1]
+    inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    ang = pos[:, None] * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = x1 * c - x2 * s
+    out[..., 1::2] = x2 * c + x1 * s
+    return out
+
+
+class Eagle3Ref:
+    """An eagle3 GGUF's encoder and one-layer decoder with a KV cache, float64. The token
+    embedding and LM head are the file's own when it has them, else the target's (`target`: its
+    GGUF; its output.weight, or its tied token_embd). With d2t, the draft vocabulary's logits are
+    scattered to their target ids and every other id is -inf, as llama.cpp's graph does."""
+
+    def __init__(self, gguf, target=None):
+        f = gguf if isinstance(gguf, gguf_reader.GGUFFile) else gguf_reader.read(gguf)
+        md, W = f.metadata, _Float64(f)
+        assert md["general.architecture"] == "eagle3"
+        self.W = W
+        self.n_head, self.n_head_kv = md["eagle3.attention.head_count"], md["eagle3.attention.head_count_kv"]
+        self.hd = md["eagle3.attention.key_length"]
+        self.eps, self.base = md["eagle3.attention.layer_norm_rms_epsilon"], md["eagle3.rope.freq_base"]
+        self.norm_before_fc = bool(md.get("eagle3.norm_before_fc", False))
+        self.norm_before_residual = bool(md.get("eagle3.norm_before_residual", False))
+        self.n_vocab = len(md["tokenizer.ggml.tokens"])
+        tw = None
+        if "token_embd.weight" not in W or "output.weight" not in W:
+            if target is None:
+                raise ValueError(f"{f.path} has no own token_embd/output: give the target")
+            tf = target if isinstance(target, gguf_reader.GGUFFile) else gguf_reader.read(target)
+            tw = _Float64(tf)
+        self.embd = W["token_embd.weight"] if "token_embd.weight" in W else tw["token_embd.weight"]
+        self.head = W["output.weight"] if "output.weight" in W else tw.get("output.weight", tw["token_embd.weight"])
+        self.d2t = np.asarray(f.tensors["d2t"]) if "d2t" in f.tensors else None
+        self.k = np.zeros((0, self.n_head_kv, self.hd))
+        self.v = np.zeros((0, self.n_head_kv, self.hd))
+
+    def encode(self, feats):
+        """g [T, E] of the target features [T, 3 E_t]."""
+        W = self.W
+        x = np.asarray(feats, dtype=np.float64)
+        if self.norm_before_fc:
+            x = _rms(x, W["enc.output_norm.weight"], self.eps)
+        return x @ W["fc.weight"].T
+
+    def crop(self, n):
+        self.k, self.v = self.k[:n], self.v[:n]
+
+    def decode(self, tokens, g, pos):
+        """Rows (tokens[i], g[i]) at positions pos appended to the cache, each seeing the cached
+        rows and the new ones up to itself. Returns (logits [T, n_vocab], prenorm h [T, E])."""
+        W, p, eps = self.W, "blk.0.", self.eps
+        T = len(tokens)
+        pos = np.asarray(pos, dtype=np.float64)
+        gn = _rms(g, W[p + "attn_norm_2.weight"], eps)
+        x = np.concatenate([_rms(self.embd[np.asarray(tokens)], W[p + "attn_norm.weight"], eps), gn], -1)
+        q = _rope_norm((x @ W[p + "attn_q.weight"].T).reshape(T, self.n_head, self.hd), pos, self.base)
+        k = _rope_norm((x @ W[p + "attn_k.weight"].T).reshape(T, self.n_head_kv, self.hd), pos, self.base)
+        v = (x @ W[p + "attn_v.weight"].T).reshape(T, self.n_head_kv, self.hd)
+        n0 = len(self.k)
+        self.k, self.v = np.concatenate([self.k, k]), np.concatenate([self.v, v])
+        mask = np.triu(np.full((T, n0 + T), -np.inf), n0 + 1)
+        out = np.empty((T, self.n_head, self.hd))
+        for hh in range(self.n_head):
+            kv = hh // (self.n_head // self.n_head_kv)
+            s = q[:, hh] @ self.k[:, kv].T / np.sqrt(self.hd) + mask
+            s = np.exp(s - s.max(-1, keepdims=True))
+            out[:, hh] = (s / s.sum(-1, keepdims=True)) @ self.v[:, kv]
+        r = out.reshape(T, -1) @ W[p + "attn_output.weight"].T + (gn if self.norm_before_residual else g)
+        h = r + _swiglu(_rms(r, W[p + "ffn_norm.weight"], eps), W[p + "ffn_gate.weight"], W[p + "ffn_up.weight"],
+                        W[p + "ffn_down.weight"])
+        z = _rms(h, W["output_norm.weight"], eps) @ self.head.T
+        if self.d2t is not None:
+            full = np.full((T, self.n_vocab), -np.inf)
+            full[:, self.d2t] = z
+            z = full
+        return z, h
+
+
+def eagle3_forward(gguf, feats, tokens, target=None):
+    """Logits [T, n_vocab] and prenorm h [T, E] of the rows (tokens[P], g_P) at positions
+    P = 0..T-1 (tokens[P] = t_{P+1}, the token after position P), g from the features [T, 3 E_t]."""
+    m = Eagle3Ref(gguf, target)
+    return m.decode(tokens, m.encode(feats), np.arange(len(tokens)))
+
+
+def eagle3_draft(gguf, feats, tokens, n_draft, target=None):
+    """Greedy drafting as llama.cpp's driver does it: committed ids tokens [n + 1], features of
+    positions 0..n-1; the rows (tokens[P+1], g_P) for P < n, then each draft row (d_i, h of the row
+    before) at the next position. Returns (draft ids, their logits [n_draft, n_vocab])."""
+    m = Eagle3Ref(gguf, target)
+    n = len(tokens) - 1
+    z, h = m.decode(tokens[1:], m.encode(np.asarray(feats)[:n]), np.arange(n))
+    z, h = z[-1:], h[-1:]
+    toks, zs = [], []
+    for i in range(n_draft):
+        zs.append(z[0])
+        toks.append(int(np.argmax(z[0])))
+        if i + 1 < n_draft:
+            z, h = m.decode([toks[-1]], h, [n + i])
+    return toks, np.stack(zs)
 
 
 def main(argv=None):

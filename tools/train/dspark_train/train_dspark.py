@@ -66,31 +66,9 @@ def main(argv=None):
                        target_layer_ids=[int(v) for v in a.target_layers.split(",")])
     assert max(cfg.target_layer_ids) < tc.n_layer - 1, "llama.cpp cannot tap the target's last layer"
     assert a.seq_len + cfg.block_size <= tc.n_ctx
-    if a.init:
-        init = tu.load_checkpoint(Path(a.init))
-        if init is None:
-            raise SystemExit(f"--init {a.init}: no checkpoint there")
-        cfg = DSparkConfig(**init["config"])
-    model = DSpark(cfg)
-    if a.init:
-        model.load_state_dict(init["model"])
-        print(f"initialised from {a.init} (step {init['step']})", flush=True)
-    step = 0
+    # DeepSpec: AdamW, weight decay 0, warmup 4 % then cosine to 0, clip 1.0.
     ckpt_path = out / "ckpt.pt"
-    ck = tu.load_checkpoint(ckpt_path) if a.resume else None
-    if ck is not None:
-        cfg = DSparkConfig(**ck["config"])
-        model = DSpark(cfg)
-        model.load_state_dict(ck["model"])
-    model.to(dev)
-    # DeepSpec: AdamW, weight decay 0, warmup 4 % then cosine to 0, clip 1.0. Made after the move:
-    # its state lives on the parameters' device (load_state_dict moves a checkpoint's there).
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
-    if ck is not None:
-        opt.load_state_dict(ck["optimizer"])
-        tu.set_rng_state(ck["rng"])
-        step = ck["step"]
-        print(f"resumed from {ckpt_path}: step {step}", flush=True)
+    cfg, model, opt, step = tu.init_or_resume_drafter(DSpark, DSparkConfig, cfg, a.init, ckpt_path, a.resume, a.lr, dev)
     print(f"dspark drafter {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params {cfg}", flush=True)
     data = Data(a.data, a.seq_len, a.batch, a.seed)
     replica = tu.LowPrecisionReplica(model) if cpu_bf16 else None

@@ -148,6 +148,36 @@ def resume_qwen3(ckpt_path: Path, lr: float, weight_decay: float, dev):
     return cfg, model, opt, ck["step"], ck["tokens"]
 
 
+def init_or_resume_drafter(model_cls, cfg_cls, cfg, init, ckpt_path: Path, resume: bool, lr: float, dev):
+    """A drafter to train: fresh from `cfg`, warm-started from the checkpoint `init` (its config and
+    weights, a fresh optimizer), or resumed from `ckpt_path` (config, weights, optimizer, RNG and
+    step). AdamW without weight decay, made after the move to `dev` (its state lives on the
+    parameters' device). Returns (cfg, model, optimizer, step)."""
+    if init:
+        warm = load_checkpoint(Path(init))
+        if warm is None:
+            raise SystemExit(f"--init {init}: no checkpoint there")
+        cfg = cfg_cls(**warm["config"])
+    model = model_cls(cfg)
+    if init:
+        model.load_state_dict(warm["model"])
+        print(f"initialised from {init} (step {warm['step']})", flush=True)
+    ck = load_checkpoint(ckpt_path) if resume else None
+    if ck is not None:
+        cfg = cfg_cls(**ck["config"])
+        model = model_cls(cfg)
+        model.load_state_dict(ck["model"])
+    model.to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    step = 0
+    if ck is not None:
+        opt.load_state_dict(ck["optimizer"])
+        set_rng_state(ck["rng"])
+        step = ck["step"]
+        print(f"resumed from {ckpt_path}: step {step}", flush=True)
+    return cfg, model, opt, step
+
+
 class CsvLog:
     def __init__(self, path: Path, fields):
         self.path, self.fields = path, fields

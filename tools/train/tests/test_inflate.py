@@ -53,13 +53,33 @@ def sha256(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def run_inflate(out_dir, *args, dspark=True):
+def run_inflate(out_dir, *args, dspark=True, eagle3=None):
     out = os.path.join(out_dir, "target.gguf")
     argv = ["--target", str(TARGET_GGUF), "--out", out, *args]
     if dspark:
         argv += ["--dspark", str(DSPARK_GGUF), "--dspark-out", os.path.join(out_dir, "dspark.gguf")]
+    if eagle3:
+        argv += ["--eagle3", eagle3, "--eagle3-out", os.path.join(out_dir, "eagle3.gguf")]
     assert inflate.main(argv) == 0
     return out, os.path.join(out_dir, "dspark.gguf")
+
+
+def random_eagle3(path):
+    """An EAGLE-3 head for the bundled target (width 384, taps [2, 5, 7], the norm over the taps
+    on), random but fixed: its weights scaled up from the init so that its logits are far from
+    flat and a wrong map shows. No own tables: it uses the target's."""
+    from dspark_train import export_eagle3
+    from dspark_train.eagle3_model import Eagle3, Eagle3Config
+    torch.manual_seed(5)
+    head = Eagle3(Eagle3Config(target_layers=[2, 5, 7], norm_before_fc=True))
+    with torch.no_grad():
+        for p in head.parameters():
+            if p.dim() == 1:
+                p.add_(0.3 * torch.randn_like(p))
+            else:
+                p.mul_(3.0)
+    export_eagle3.write_eagle3(path, head.state_dict(), head.c, tok.load())
+    return path
 
 
 class TestInflateLayout(unittest.TestCase):
@@ -95,7 +115,10 @@ class TestInflateBundled(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.target, cls.dspark = run_inflate(cls.tmp.name, "--width-mult", "2", "--blocks", "11")
+        cls.eagle3_src = random_eagle3(os.path.join(cls.tmp.name, "eagle3-src.gguf"))
+        cls.target, cls.dspark = run_inflate(cls.tmp.name, "--width-mult", "2", "--blocks", "11",
+                                             eagle3=cls.eagle3_src)
+        cls.eagle3 = os.path.join(cls.tmp.name, "eagle3.gguf")
         cls.seqs = held_out()
 
     @classmethod
@@ -178,6 +201,52 @@ class TestInflateBundled(unittest.TestCase):
                 np.testing.assert_allclose(z_s.numpy(), z_b.numpy(), atol=2e-3)
                 n_drafts += 1
         self.assertGreaterEqual(n_drafts, 10)
+
+    def test_eagle3_layout(self):
+        src, f = gguf_reader.read(self.eagle3_src), gguf_reader.read(self.eagle3)
+        md = f.metadata
+        self.assertEqual(md["eagle3.target_layers"], [2, 7, 10])  # [2, 5, 7] of the original layers
+        self.assertEqual(md["eagle3.target_hidden_size"], 768)
+        for key in ("embedding_length", "feed_forward_length", "attention.head_count", "attention.head_count_kv",
+                    "block_count", "norm_before_fc", "norm_before_residual"):
+            self.assertEqual(md["eagle3." + key], src.metadata["eagle3." + key], key)
+        self.assertEqual(md["dspark.inflate.width_mult"], 2)
+        self.assertEqual(f.tensor_info["fc.weight"][:2], ([3 * 768, 384], 1))
+        self.assertEqual(f.tensor_info["enc.output_norm.weight"][:2], ([3 * 768], 0))
+        self.assertEqual(f.tensor_info["token_embd.weight"][:2], ([384, 4096], 1))  # the small target's
+        self.assertEqual(f.tensor_info["output.weight"][:2], ([384, 4096], 1))
+        t = gguf_reader.read(TARGET_GGUF)
+        np.testing.assert_array_equal(f.tensors["token_embd.weight"], t.tensors["token_embd.weight"])
+        np.testing.assert_array_equal(f.tensors["output.weight"], t.tensors["token_embd.weight"])  # tied
+        for n in src.tensors:
+            if n not in ("fc.weight", "enc.output_norm.weight"):
+                np.testing.assert_array_equal(f.tensors[n], src.tensors[n], n)
+
+    def test_eagle3_head_predicts_the_same_for_the_inflated_target(self):
+        """ref_forward's eagle3 graph (float64): the converted head on the inflated target's taps
+        gives the logits of the original head on the small target's taps, and the same drafts."""
+        small_f, big_f = gguf_reader.read(TARGET_GGUF), gguf_reader.read(self.target)
+        small_e, big_e = gguf_reader.read(self.eagle3_src), gguf_reader.read(self.eagle3)
+        small_taps, big_taps = list(small_e.metadata["eagle3.target_layers"]), list(big_e.metadata["eagle3.target_layers"])
+        n_drafts = 0
+        for ids in self.seqs:
+            _, ts = ref_forward.forward(small_f, ids, taps=small_taps)
+            _, tb = ref_forward.forward(big_f, ids, taps=big_taps)
+            feats_s = np.concatenate([ts[t] for t in small_taps], -1)
+            feats_b = np.concatenate([tb[t] for t in big_taps], -1)
+            n = len(ids) - 1
+            z_s, h_s = ref_forward.eagle3_forward(small_e, feats_s[:n], ids[1:], target=small_f)
+            z_b, h_b = ref_forward.eagle3_forward(big_e, feats_b[:n], ids[1:])
+            np.testing.assert_allclose(z_b, z_s, atol=1e-4, rtol=0)
+            np.testing.assert_allclose(h_b, h_s, atol=1e-4, rtol=0)
+            self.assertGreater(float(z_s.std()), 0.5)  # not flat: a wrong map would show
+            np.testing.assert_array_equal(z_b.argmax(-1), z_s.argmax(-1))
+            for p in range(16, len(ids), 48):
+                d_s, _ = ref_forward.eagle3_draft(small_e, feats_s[:p], ids[:p + 1], 4, target=small_f)
+                d_b, _ = ref_forward.eagle3_draft(big_e, feats_b[:p], ids[:p + 1], 4)
+                self.assertEqual(d_s, d_b, f"anchor at {p}")
+                n_drafts += 1
+        self.assertGreaterEqual(n_drafts, 4)
 
     def test_engine_runs_both_pairs_alike(self):
         """build/bin/dspark: plain and DSpark-speculative greedy decoding give the same tokens on the
