@@ -46,6 +46,11 @@ def dspark_path():
 
 
 @pytest.fixture(scope="session")
+def eagle3_path():
+    return str(MODELS / "ref-eagle3.gguf")
+
+
+@pytest.fixture(scope="session")
 def target(target_path):
     import dspark
 

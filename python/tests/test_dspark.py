@@ -58,18 +58,20 @@ def test_snippet_from_the_issue(target_path, draft_path, dspark_path, prompt_ids
         assert engine.speculative
 
 
-def test_draft_type_from_the_file(target, draft_path, dspark_path):
+def test_draft_type_from_the_file(target, draft_path, dspark_path, eagle3_path):
     assert dspark.SpeculativeDecodingEngine(target, draft_path).draft_type == "draft-simple"
     assert dspark.SpeculativeDecodingEngine(target, dspark_path).draft_type == "draft-dspark"
+    assert dspark.SpeculativeDecodingEngine(target, eagle3_path).draft_type == "draft-eagle3"
     engine = dspark.SpeculativeDecodingEngine(target, None)
     assert engine.draft_type == "none" and not engine.speculative
 
 
-@pytest.mark.parametrize("drafter", ["draft", "dspark"])
+@pytest.mark.parametrize("drafter", ["draft", "dspark", "eagle3"])
 @pytest.mark.parametrize("confidence", [True, False])
-def test_greedy_speculative_equals_greedy_plain(target, draft_path, dspark_path, prompt_ids, greedy_reference,
-                                                drafter, confidence):
-    engine = dspark.SpeculativeDecodingEngine(target, draft_path if drafter == "draft" else dspark_path,
+def test_greedy_speculative_equals_greedy_plain(target, draft_path, dspark_path, eagle3_path, prompt_ids,
+                                                greedy_reference, drafter, confidence):
+    path = {"draft": draft_path, "dspark": dspark_path, "eagle3": eagle3_path}[drafter]
+    engine = dspark.SpeculativeDecodingEngine(target, path,
                                               draft_length=5, use_confidence_scheduling=confidence,
                                               confidence_threshold=0.5 if confidence else 0.0)
     out = engine.generate(prompt_ids, max_new_tokens=64, do_sample=False)

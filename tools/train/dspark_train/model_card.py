@@ -10,7 +10,7 @@ from .paths import MANIFEST, MODELS_DIR
 
 QUALITY_BAR = 2.4  # nats/token on the validation split (issue 3)
 ROLES = [("ref-target", "target (`qwen3`)"), ("ref-draft", "draft model (`qwen3`, draft-simple)"),
-         ("ref-dspark", "DSpark drafter (`dflash`)")]
+         ("ref-dspark", "DSpark drafter (`dflash`)"), ("ref-eagle3", "EAGLE-3 head (`eagle3`)")]
 
 HEADER = """# Reference model family
 
@@ -32,6 +32,7 @@ pin the exact data.
 | `ref-target.gguf` | the target, qwen3, F16 weights / F32 norms, tied embeddings |
 | `ref-draft.gguf` | draft model for `draft-simple` (distilled from the target) |
 | `ref-dspark.gguf` | DSpark drafter (`dflash` layout), shares the target's embeddings and head |
+| `ref-eagle3.gguf` | EAGLE-3 head (llama.cpp's `eagle3` layout: taps 2, 5, 7, one decoder layer), shares the target's embeddings and head; trained with training-time test (`train-eagle3`) |
 | (built) `build/models/ref-{draft,dspark}-q8_0.gguf` | Q8_0 copies of both drafters that `make drafters` writes with `dspark quantize`: `make run` and the benchmarks draft with them (a Q8_0 DSpark drafter also reads the shared head as Q8_0). Drafting costs about half; the output is still the F16 target's, token for token |
 | `ref-*.json` | training/evaluation summary each exporter writes; this README is generated from them |
 
@@ -116,7 +117,7 @@ Tokenizer sha256 `{t['tokenizer_sha256']}`; file sha256 `{t['sha256']}`.
             for smp in t["samples"]:
                 out.append(f"\n`{smp['source']}` ({smp['id']}), prompt then **64 greedy tokens**:\n\n```python\n"
                            f"{smp['prompt']}# ---- model ----\n{smp['completion']}\n```\n")
-    for stem in ("ref-draft", "ref-dspark"):
+    for stem in ("ref-draft", "ref-dspark", "ref-eagle3"):
         s = summaries.get(stem)
         if s and s.get("notes"):
             out.append(f"\n## {stem}\n\n{s['notes']}\n")
