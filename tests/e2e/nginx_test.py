@@ -4,9 +4,11 @@
 Starts three replicas on free loopback ports and a foreground nginx (own prefix in a temp dir, as the
 current user) whose config is the deploy/ template with those ports substituted. Then, through nginx:
 6 sessions (X-Session-Id) each run a 10-turn chat, non-streamed, one request after another, while
-3 clients without a session loop over long streams. About 1.5 s in, once every session has settled
-on its replica, one replica that holds a session with turns left (and, if possible, serves a stream)
-is killed with SIGKILL. The test checks that
+3 clients without a session loop over long streams. Each session stops before its turn 3 and waits
+at a gate, so that the kill never depends on how fast the machine is: once every session has settled
+on its replica and waits there, the gate opens and, a moment later (turn 3 requests in flight), one
+replica that holds sessions (and, if possible, serves a stream) is killed with SIGKILL. The test
+checks that
 
   - every one of the 60 non-streamed requests succeeds (nginx retries those the dead replica held,
     proxy_next_upstream ... non_idempotent);
@@ -46,7 +48,8 @@ TURNS = 10  # per session: 60 non-streamed requests
 N_STREAMERS = 3
 SESSION_MAX_TOKENS = 24  # 10 turns of ChatML stay well inside the bundled model's 1024-token context
 STREAM_MAX_TOKENS = 800
-KILL_AFTER_S = 1.5  # and once every session has finished 2 turns
+GATE_TURN = 3  # sessions wait before this turn until the victim is chosen
+KILL_DELAY_S = 0.02  # after opening the gate: the victim dies with its sessions' next turns in flight
 
 
 def log(msg):
@@ -142,9 +145,11 @@ def final_upstream(header):
     return header.split(",")[-1].strip() if header else ""
 
 
-def session_client(port, sid, out, progress, lock):
+def session_client(port, sid, out, progress, lock, gate):
     messages = []
     for turn in range(TURNS):
+        if turn == GATE_TURN and not gate.wait(timeout=120):
+            return  # the check reports the missing turns
         # The session id leads the first message, so sessions share no prompt prefix beyond the template's.
         messages.append({"role": "user", "content": f"{sid} turn {turn}: one more line."})
         body = {"messages": messages, "max_tokens": SESSION_MAX_TOKENS, "temperature": 0,
@@ -286,7 +291,8 @@ def main():
         sess_recs, stream_recs, progress, inflight = [], [], {}, {}
         sids = [f"sess-{i}-{os.urandom(3).hex()}" for i in range(N_SESSIONS)]
         # Daemon threads: a failed check must not leave the process waiting on a client.
-        sess_threads = [threading.Thread(target=session_client, args=(lb_port, s, sess_recs, progress, lock),
+        gate = threading.Event()  # opened by the killer once every session waits before GATE_TURN
+        sess_threads = [threading.Thread(target=session_client, args=(lb_port, s, sess_recs, progress, lock, gate),
                                          daemon=True) for s in sids]
         stream_threads = [threading.Thread(target=stream_client, args=(lb_port, i, stream_recs, stop, inflight, lock),
                                            daemon=True) for i in range(N_STREAMERS)]
@@ -294,37 +300,38 @@ def main():
         for th in stream_threads + sess_threads:
             th.start()
 
-        # Once the sessions have settled on their replicas, kill one that holds a session with turns
-        # left (so that session must move) and, if possible, serves a stream right now.
+        # Once every session has settled on its replica and waits at the gate, choose a replica that
+        # holds sessions (so that they must move) and, if possible, serves a stream right now; open
+        # the gate and kill it while its sessions' next turns are in flight.
         victim, kill_time, reason, ready_at = None, None, "", None
         while victim is None:
             time.sleep(0.02)
-            elapsed = time.time() - start
             with lock:
-                settled = len(progress) == N_SESSIONS and min(progress.values()) >= 2
+                settled = len(progress) == N_SESSIONS and min(progress.values()) >= GATE_TURN
                 homes = {}
                 for r in sess_recs:
                     if r.status == 200 and r.sid not in homes:
                         homes[r.sid] = final_upstream(r.upstream)
-                busy = {}  # replica -> its sessions with at least 4 turns left
+                busy = {}  # replica -> its sessions
                 for sid, a in homes.items():
-                    if progress.get(sid, 0) <= TURNS - 4:
-                        busy[a] = busy.get(a, 0) + 1
+                    busy[a] = busy.get(a, 0) + 1
                 streaming = set(inflight.values())
-            if elapsed < KILL_AFTER_S or not settled:
-                if elapsed > 60:
-                    fail("the sessions did not finish 2 turns each within 60 s")
+            if not settled:
+                if time.time() - start > 120:
+                    fail(f"the sessions did not finish {GATE_TURN} turns each within 120 s")
                 continue
             if not busy:
-                fail("every session was nearly done before the kill: nothing left to move (the load ran too fast)")
+                fail(f"no session request succeeded in its first {GATE_TURN} turns")
             ready_at = ready_at or time.time()
             both = [a for a in busy if a in streaming]
             if both:
                 victim = max(both, key=lambda a: busy[a])
-                reason = "holds sessions with turns left and serves a stream"
+                reason = "holds sessions and serves a stream"
             elif time.time() - ready_at > 1.0:
                 victim = max(busy, key=lambda a: busy[a])
-                reason = "holds sessions with turns left; no stream in flight there"
+                reason = "holds sessions; no stream in flight there"
+        gate.set()
+        time.sleep(KILL_DELAY_S)
         replicas[addr[victim]].proc.kill()
         kill_time = time.time()
         log(f"t={kill_time - start:.1f}s: SIGKILL replica {victim} ({reason})")
