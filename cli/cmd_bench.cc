@@ -265,7 +265,7 @@ Runner RegisterBench(CLI::App& app) {
   AddCacheTypeOption(sub, &f->cache_type);
   // Speculative sweep (--spec).
   sub->add_flag("--spec", *spec, "Plain decoding and a grid of speculative settings on the same prompts");
-  AddDrafterFlags(sub, &sf->drafter, "draft-simple | draft-dspark | draft-dflash | draft-eagle3 | ngram | synthetic", /*synthetic=*/true);
+  AddDrafterFlags(sub, &sf->drafter, "draft-simple | draft-dspark | draft-dflash | draft-eagle3 | draft-mtp | ngram | synthetic", /*synthetic=*/true);
   sub->add_option("--prompts", sf->prompts_file, "JSONL file of {\"prompt\": ...} objects");
   sub->add_option("--sweep", sf->sweeps, "Grid axis: n-max=3,5,7,9 | p-min=0,0.5 | n-min=0,2 | adaptive=0,1 | cost=0,1 | branches=0,1,2 (repeatable)");
   sub->add_option("--spec-draft-n-max", sf->schedule.n_max, "Draft cap when not swept")->capture_default_str();

@@ -250,7 +250,7 @@ Runner RegisterGenerate(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"temp-first", "temp-last"}));
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
-  AddDrafterFlags(sub, &f->drafter, "none | draft-simple | draft-dspark | draft-dflash | draft-eagle3 | ngram | synthetic", /*synthetic=*/true);
+  AddDrafterFlags(sub, &f->drafter, "none | draft-simple | draft-dspark | draft-dflash | draft-eagle3 | draft-mtp | ngram | synthetic", /*synthetic=*/true);
   sub->add_option("-c,--ctx-size", f->ctx_size, "Context size (default: min(train context, 4096))");
   AddCacheTypeOption(sub, &f->cache_type);
   sub->add_option("--stop", f->stop, "Stop string (repeatable)");

@@ -147,7 +147,7 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("-c,--ctx-size", f->ctx_size, "Context per sequence (default: min(train context, 4096))");
   AddCacheTypeOption(sub, &f->cache_type);
   sub->add_option("-t,--threads", f->threads, "Threads (default: physical cores)");
-  AddDrafterFlags(sub, &f->drafter, "none | draft-simple | draft-dspark | draft-dflash | draft-eagle3 | ngram", /*synthetic=*/false);
+  AddDrafterFlags(sub, &f->drafter, "none | draft-simple | draft-dspark | draft-dflash | draft-eagle3 | draft-mtp | ngram", /*synthetic=*/false);
   sub->add_option("--api-key", f->server.api_key, "Require \"Authorization: Bearer KEY\" on every /v1 endpoint");
   sub->add_flag("--api-key-all", f->server.api_key_all,
                 "With --api-key: also require it on /metrics and the playground (/?key=KEY there); /health stays open");

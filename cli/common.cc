@@ -37,7 +37,7 @@ std::string DefaultModelPath() {
 }
 
 void AddDrafterFlags(CLI::App* sub, DrafterConfig* drafter, const std::string& types_help, bool synthetic) {
-  sub->add_option("--model-draft,--md", drafter->draft_model, "Draft model GGUF (draft-simple, draft-dspark, draft-dflash, draft-eagle3)");
+  sub->add_option("--model-draft,--md", drafter->draft_model, "Draft model GGUF (draft-simple, draft-dspark, draft-dflash, draft-eagle3; draft-mtp: none)");
   sub->add_option("--threads-draft,--td", drafter->threads,
                   "Threads of a model drafter (draft-simple, draft-dspark, draft-eagle3); default: the target's pool")
       ->check(CLI::Range(0, 1024));

@@ -223,7 +223,7 @@ use_confidence_scheduling, confidence_threshold: the library's speculation polic
 seed: seeds the sequence of seeds that sampling calls without their own seed use (None: random).
 n_threads: threads of the engine's pool (default: the physical cores).
 draft_type: override the drafter ("draft-simple", "draft-dspark", "draft-dflash", "draft-eagle3",
-    or "ngram",
+    "draft-mtp" (a deepseek2 target's own multi-token-prediction block: no draft model), or "ngram",
     prompt lookup without a model, then draft_model may be None).
 prompt_lookup: prompt lookup first, the model drafter where the context does not repeat
     (--spec-ngram-first); without a draft model, prompt lookup alone ("ngram").
@@ -326,7 +326,7 @@ void BindEngine(py::module_& m) {
       .def_property_readonly("device", [](const Engine&) { return "cpu (" + kernels::CpuTargetName() + ")"; },
                              "Where the kernels run: \"cpu (TARGET)\", TARGET the SIMD target they dispatch to.")
       .def_property_readonly("draft_type", [](const Engine& e) { return e.core()->draft_type; },
-                             "none (plain decoding), draft-simple, draft-dspark, draft-dflash, draft-eagle3 or ngram.")
+                             "none (plain decoding), draft-simple, draft-dspark, draft-dflash, draft-eagle3, draft-mtp or ngram.")
       .def_property_readonly("speculative", [](const Engine& e) { return e.core()->spec.drafter != nullptr; })
       .def_property_readonly("max_length", [](const Engine& e) { return e.core()->max_length; })
       .def_property_readonly("draft_length", [](const Engine& e) { return e.core()->draft_length; })

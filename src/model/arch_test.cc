@@ -85,6 +85,7 @@ constexpr ArchExpect kArchExpect[] = {
 struct RefConfig {
   ArchExpect expect{};
   int n_vocab = 0, n_embd = 0, n_layer = 0, n_ff = 0, n_head = 0, n_head_kv = 0, head_dim = 0, head_dim_v = 0;
+  int n_nextn = 0;
   double rms_eps = 0;
   bool tied = false;  // no output.weight in the file: the LM head is token_embd
   int n_rot = 0;
@@ -129,7 +130,9 @@ RefConfig ReadRefConfig(const gguf::File& f, const std::string& arch) {
     return v.ok() ? *v : 0.0;
   };
   c.n_embd = int_key("embedding_length");
-  c.n_layer = int_key("block_count");
+  // block_count counts deepseek2's multi-token-prediction blocks, stored after the trunk.
+  c.n_nextn = int_key("nextn_predict_layers", 0);
+  c.n_layer = int_key("block_count") - c.n_nextn;
   c.n_ff = int_key("feed_forward_length");
   c.n_head = int_key("attention.head_count");
   if (c.n_head <= 0) return c;  // failed above
@@ -391,63 +394,106 @@ Rows MlaRef(const gguf::File& f, const RefConfig& c, int il, const Rows& hs) {
   return Attend(q, k, v, H, H, dk, c.v_head, c.kq_scale);
 }
 
+// Block il on the rows x of a single sequence (positions 0..n-1), causal attention, in place.
+void ReferenceBlock(const gguf::File& f, const RefConfig& c, int il, Rows& x) {
+  const int n = static_cast<int>(x.size());
+  const int q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim, v_dim = c.n_head_kv * c.head_dim_v;
+  auto w = [&](const char* part) { return Weights(f, fmt::format("blk.{}.{}", il, part)); };
+  const Matrix attn_norm = w("attn_norm.weight"), wo = w("attn_output.weight"), ffn_norm = w("ffn_norm.weight");
+  Rows hs(n), att;
+  for (int t = 0; t < n; ++t) hs[t] = RmsNorm(x[t], attn_norm, c.rms_eps);
+  if (c.kv_lora > 0) {
+    att = MlaRef(f, c, il, hs);
+  } else {
+    const Matrix wq = w("attn_q.weight"), wk = w("attn_k.weight"), wv = w("attn_v.weight");
+    Matrix bq, bk, bv, qn, kn;
+    if (c.expect.qkv_bias) bq = w("attn_q.bias"), bk = w("attn_k.bias"), bv = w("attn_v.bias");
+    if (c.expect.qk_norm) qn = w("attn_q_norm.weight"), kn = w("attn_k_norm.weight");
+    Rows q(n), k(n), v(n);
+    for (int t = 0; t < n; ++t) {
+      q[t] = MatVec(wq, hs[t], q_dim);
+      k[t] = MatVec(wk, hs[t], kv_dim);
+      v[t] = MatVec(wv, hs[t], v_dim);
+      if (c.expect.qkv_bias) {
+        for (int i = 0; i < q_dim; ++i) q[t][i] += bq[i];
+        for (int i = 0; i < kv_dim; ++i) k[t][i] += bk[i];
+        for (int i = 0; i < v_dim; ++i) v[t][i] += bv[i];
+      }
+      if (c.expect.qk_norm) {
+        for (int hh = 0; hh < c.n_head; ++hh) {
+          auto y = RmsNorm(q[t], qn, c.rms_eps, hh * c.head_dim, c.head_dim);
+          std::copy(y.begin(), y.end(), q[t].begin() + hh * c.head_dim);
+        }
+        for (int hh = 0; hh < c.n_head_kv; ++hh) {
+          auto y = RmsNorm(k[t], kn, c.rms_eps, hh * c.head_dim, c.head_dim);
+          std::copy(y.begin(), y.end(), k[t].begin() + hh * c.head_dim);
+        }
+      }
+      for (int hh = 0; hh < c.n_head; ++hh) Rope(q[t].data() + hh * c.head_dim, t, c);
+      for (int hh = 0; hh < c.n_head_kv; ++hh) Rope(k[t].data() + hh * c.head_dim, t, c);
+    }
+    att = Attend(q, k, v, c.n_head, c.n_head_kv, c.head_dim, c.head_dim_v, 1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  }
+  for (int t = 0; t < n; ++t) {
+    const auto o = MatVec(wo, att[t], c.n_embd);
+    for (int i = 0; i < c.n_embd; ++i) x[t][i] += o[i];
+    const auto dn = FfnRef(f, c, il, RmsNorm(x[t], ffn_norm, c.rms_eps));
+    for (int i = 0; i < c.n_embd; ++i) x[t][i] += dn[i];
+  }
+}
+
+Rows Embed(const gguf::File& f, const RefConfig& c, const std::vector<int32_t>& tokens, const char* name) {
+  const Matrix embd = Weights(f, name);
+  Rows x(tokens.size(), std::vector<double>(c.n_embd));
+  for (size_t t = 0; t < tokens.size(); ++t)
+    for (int i = 0; i < c.n_embd; ++i) x[t][i] = embd[static_cast<size_t>(tokens[t]) * c.n_embd + i];
+  return x;
+}
+
+// The trunk's output (before the final norm) of a single sequence.
+Rows ReferenceTrunk(const gguf::File& f, const RefConfig& c, const std::vector<int32_t>& tokens) {
+  Rows x = Embed(f, c, tokens, "token_embd.weight");
+  for (int il = 0; il < c.n_layer; ++il) ReferenceBlock(f, c, il, x);
+  return x;
+}
+
 // Logits [n_tokens, n_vocab] of a single sequence with causal attention, all in double.
 std::vector<std::vector<double>> ReferenceForward(const gguf::File& f, const RefConfig& c,
                                                   const std::vector<int32_t>& tokens) {
-  const int n = static_cast<int>(tokens.size());
-  const int q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim, v_dim = c.n_head_kv * c.head_dim_v;
-  const Matrix embd = Weights(f, "token_embd.weight");
-  Rows x(n, std::vector<double>(c.n_embd));
-  for (int t = 0; t < n; ++t)
-    for (int i = 0; i < c.n_embd; ++i) x[t][i] = embd[static_cast<size_t>(tokens[t]) * c.n_embd + i];
-  for (int il = 0; il < c.n_layer; ++il) {
-    auto w = [&](const char* part) { return Weights(f, fmt::format("blk.{}.{}", il, part)); };
-    const Matrix attn_norm = w("attn_norm.weight"), wo = w("attn_output.weight"), ffn_norm = w("ffn_norm.weight");
-    Rows hs(n), att;
-    for (int t = 0; t < n; ++t) hs[t] = RmsNorm(x[t], attn_norm, c.rms_eps);
-    if (c.kv_lora > 0) {
-      att = MlaRef(f, c, il, hs);
-    } else {
-      const Matrix wq = w("attn_q.weight"), wk = w("attn_k.weight"), wv = w("attn_v.weight");
-      Matrix bq, bk, bv, qn, kn;
-      if (c.expect.qkv_bias) bq = w("attn_q.bias"), bk = w("attn_k.bias"), bv = w("attn_v.bias");
-      if (c.expect.qk_norm) qn = w("attn_q_norm.weight"), kn = w("attn_k_norm.weight");
-      Rows q(n), k(n), v(n);
-      for (int t = 0; t < n; ++t) {
-        q[t] = MatVec(wq, hs[t], q_dim);
-        k[t] = MatVec(wk, hs[t], kv_dim);
-        v[t] = MatVec(wv, hs[t], v_dim);
-        if (c.expect.qkv_bias) {
-          for (int i = 0; i < q_dim; ++i) q[t][i] += bq[i];
-          for (int i = 0; i < kv_dim; ++i) k[t][i] += bk[i];
-          for (int i = 0; i < v_dim; ++i) v[t][i] += bv[i];
-        }
-        if (c.expect.qk_norm) {
-          for (int hh = 0; hh < c.n_head; ++hh) {
-            auto y = RmsNorm(q[t], qn, c.rms_eps, hh * c.head_dim, c.head_dim);
-            std::copy(y.begin(), y.end(), q[t].begin() + hh * c.head_dim);
-          }
-          for (int hh = 0; hh < c.n_head_kv; ++hh) {
-            auto y = RmsNorm(k[t], kn, c.rms_eps, hh * c.head_dim, c.head_dim);
-            std::copy(y.begin(), y.end(), k[t].begin() + hh * c.head_dim);
-          }
-        }
-        for (int hh = 0; hh < c.n_head; ++hh) Rope(q[t].data() + hh * c.head_dim, t, c);
-        for (int hh = 0; hh < c.n_head_kv; ++hh) Rope(k[t].data() + hh * c.head_dim, t, c);
-      }
-      att = Attend(q, k, v, c.n_head, c.n_head_kv, c.head_dim, c.head_dim_v, 1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-    }
-    for (int t = 0; t < n; ++t) {
-      const auto o = MatVec(wo, att[t], c.n_embd);
-      for (int i = 0; i < c.n_embd; ++i) x[t][i] += o[i];
-      const auto dn = FfnRef(f, c, il, RmsNorm(x[t], ffn_norm, c.rms_eps));
-      for (int i = 0; i < c.n_embd; ++i) x[t][i] += dn[i];
-    }
-  }
+  const Rows x = ReferenceTrunk(f, c, tokens);
   const Matrix out_norm = Weights(f, "output_norm.weight");
   const Matrix head = Weights(f, c.tied ? "token_embd.weight" : "output.weight");
-  std::vector<std::vector<double>> logits(n);
-  for (int t = 0; t < n; ++t) logits[t] = MatVec(head, RmsNorm(x[t], out_norm, c.rms_eps), c.n_vocab);
+  std::vector<std::vector<double>> logits(x.size());
+  for (size_t t = 0; t < x.size(); ++t) logits[t] = MatVec(head, RmsNorm(x[t], out_norm, c.rms_eps), c.n_vocab);
+  return logits;
+}
+
+// deepseek2's first multi-token-prediction block, as llama.cpp's MTP graph: row t pairs token t
+// with h[t], x = eh_proj([enorm(embedding) ; hnorm(h)]), block n_layer, then shared_head_norm (its
+// own, else output_norm) -> the normed output (*normed) and the LM head.
+std::vector<std::vector<double>> ReferenceNextn(const gguf::File& f, const RefConfig& c,
+                                                const std::vector<int32_t>& tokens, const Rows& h, Rows* normed) {
+  const int il = c.n_layer;
+  auto w = [&](const char* part) { return Weights(f, fmt::format("blk.{}.nextn.{}", il, part)); };
+  const Matrix eh = w("eh_proj.weight"), enorm = w("enorm.weight"), hnorm = w("hnorm.weight");
+  Rows x = Embed(f, c, tokens, "token_embd.weight");
+  for (size_t t = 0; t < x.size(); ++t) {
+    std::vector<double> cat = RmsNorm(x[t], enorm, c.rms_eps);
+    const std::vector<double> hn = RmsNorm(h[t], hnorm, c.rms_eps);
+    cat.insert(cat.end(), hn.begin(), hn.end());
+    x[t] = MatVec(eh, cat, c.n_embd);
+  }
+  ReferenceBlock(f, c, il, x);
+  const Matrix norm = f.FindTensor(fmt::format("blk.{}.nextn.shared_head_norm.weight", il)) != nullptr
+                          ? w("shared_head_norm.weight")
+                          : Weights(f, "output_norm.weight");
+  const Matrix head = Weights(f, c.tied ? "token_embd.weight" : "output.weight");
+  std::vector<std::vector<double>> logits(x.size());
+  normed->assign(x.size(), {});
+  for (size_t t = 0; t < x.size(); ++t) {
+    (*normed)[t] = RmsNorm(x[t], norm, c.rms_eps);
+    logits[t] = MatVec(head, (*normed)[t], c.n_vocab);
+  }
   return logits;
 }
 // Tolerances on RelErr, per weight type: 2.1-2.9x the largest error measured over all the cases
@@ -533,13 +579,14 @@ struct Case {
   // kMlaV3 (query LoRA, sigmoid gating with the selection bias, 4 expert groups of which 2 are
   // used, normalised weights scaled by 2.5).
   int mla = 0;
+  int nextn = 0;  // deepseek2: multi-token-prediction blocks after the trunk
 };
 enum MlaVariant { kMlaLite = 0, kMlaLegacy = 1, kMlaV3 = 2 };
 
 std::string CaseName(const Case& c) {
   const char* mla[] = {"lite", "legacy", "v3"};
-  return fmt::format("{}{}_{}_{}", c.arch, c.arch == "deepseek2" ? std::string("_") + mla[c.mla] : "",
-                     DTypeName(c.type), VariantName(c.rope));
+  return fmt::format("{}{}_{}_{}{}", c.arch, c.arch == "deepseek2" ? std::string("_") + mla[c.mla] : "",
+                     DTypeName(c.type), VariantName(c.rope), c.nextn > 0 ? "_nextn" : "");
 }
 
 void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
@@ -549,6 +596,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
 std::string WriteCaseModel(const Case& p) {
   SynthSpec spec = TinySpec(p.arch, p.type);
   spec.rms_eps = p.rms_eps;
+  spec.n_nextn = p.nextn;
   if (p.mla == kMlaLegacy) {
     spec.split_kv_b = false;
     spec.q_lora_rank = 32;
@@ -726,8 +774,90 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"deepseek2", DType::kF32, RopeVariant::kPlain, kEpsA, kMlaLite},
         Case{"deepseek2", DType::kF32, RopeVariant::kPlain, kEpsB, kMlaLegacy},
         Case{"deepseek2", DType::kF32, RopeVariant::kYarn, kEpsA, kMlaV3},
-        Case{"deepseek2", DType::kF16, RopeVariant::kPlain, kEpsB, kMlaV3}),
+        Case{"deepseek2", DType::kF16, RopeVariant::kPlain, kEpsB, kMlaV3},
+        // A multi-token-prediction block after the trunk: the trunk must not run it.
+        Case{"deepseek2", DType::kF32, RopeVariant::kYarn, kEpsA, kMlaV3, 1}),
     [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
+
+// deepseek2's multi-token-prediction block (Model::ForwardNextn) against the double reference:
+// rows of the llama.cpp draft-mtp layout (row t: token t with the trunk's normed output at t-1,
+// row 0 with a zero h) in one pass and one row at a time, then a chained row fed the block's own
+// normed output. Over an F32 cache; the tolerance is the F32 trunk's.
+TEST(NextnTest, MtpBlockMatchesDoubleReference) {
+  constexpr int kTokens = 24;
+  const Case p{"deepseek2", DType::kF32, RopeVariant::kYarn, kEpsA, kMlaV3, 1};
+  auto model = Model::Load(WriteCaseModel(p));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const Model& m = **model;
+  ASSERT_EQ(m.config().n_nextn, 1);
+  const RefConfig rc = ReadRefConfig(m.file(), p.arch);
+  ASSERT_FALSE(HasFailure());
+  const int n_vocab = rc.n_vocab, d = rc.n_embd;
+  const auto tokens = Prompt(kTokens, n_vocab);
+  const Rows trunk = ReferenceTrunk(m.file(), rc, tokens);
+  const Matrix out_norm = Weights(m.file(), "output_norm.weight");
+  Rows h(kTokens, std::vector<double>(d, 0.0));
+  for (int t = 1; t < kTokens; ++t) h[t] = RmsNorm(trunk[t - 1], out_norm, rc.rms_eps);
+  // The engine gets the h rounded to float; so does the reference, so only the block's arithmetic differs.
+  std::vector<float> hf;
+  for (auto& row : h)
+    for (double& v : row) hf.push_back(static_cast<float>(v)), v = hf.back();
+  Rows normed;
+  const auto want = ReferenceNextn(m.file(), rc, tokens, h, &normed);
+  const double tol = Tolerance(p.type, false);
+
+  ThreadPool pool(2);
+  const ModelConfig cc = m.NextnCacheConfig();
+  EXPECT_EQ(cc.n_layer, 1);
+  auto err_of = [&](const std::vector<float>& got, const std::vector<double>& ref) {
+    return RelErr(got.data(), ref);
+  };
+  Batch all;
+  for (int t = 0; t < kTokens; ++t) all.Add(tokens[t], t, 0, true);
+  KvCache cache(cc, 1, kTokens + 1, DType::kF32);
+  auto out = m.ForwardNextn(all, hf.data(), cache, pool);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  ASSERT_EQ(out->hidden.size(), static_cast<size_t>(kTokens) * d);
+  for (int t = 0; t < kTokens; ++t) {
+    EXPECT_LT(RelErr(out->Logits(t, n_vocab), want[t]), tol) << "row " << t;
+    EXPECT_LT(err_of(std::vector<float>(out->hidden.begin() + t * d, out->hidden.begin() + (t + 1) * d), normed[t]),
+              tol)
+        << "normed output, row " << t;
+  }
+  EXPECT_EQ(cache.Length(0), kTokens);
+
+  KvCache one_cache(cc, 1, kTokens, DType::kF32);
+  for (int t = 0; t < kTokens; ++t) {
+    Batch one;
+    one.Add(tokens[t], t, 0, true);
+    auto o = m.ForwardNextn(one, hf.data() + static_cast<size_t>(t) * d, one_cache, pool);
+    ASSERT_TRUE(o.ok()) << o.status().message();
+    EXPECT_LT(RelErr(o->Logits(0, n_vocab), want[t]), tol) << "row " << t << " alone";
+  }
+
+  // A draft row: the next token with the block's own normed output of the last row.
+  const int32_t next = (tokens.back() + 5) % n_vocab;
+  std::vector<int32_t> chained = tokens;
+  chained.push_back(next);
+  Rows h2 = h;
+  std::vector<float> last(out->hidden.end() - d, out->hidden.end());
+  h2.push_back(std::vector<double>(last.begin(), last.end()));
+  Rows normed2;
+  const auto want2 = ReferenceNextn(m.file(), rc, chained, h2, &normed2);
+  Batch draft;
+  draft.Add(next, kTokens, 0, true);
+  auto o = m.ForwardNextn(draft, last.data(), cache, pool);
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_LT(RelErr(o->Logits(0, n_vocab), want2.back()), tol);
+
+  // A model without the block says so.
+  auto plain = Model::Load(WriteCaseModel(Case{"deepseek2", DType::kF32, RopeVariant::kYarn, kEpsA, kMlaV3}));
+  ASSERT_TRUE(plain.ok());
+  KvCache pc((*plain)->NextnCacheConfig(), 1, 4, DType::kF32);
+  auto refused = (*plain)->ForwardNextn(draft, last.data(), pc, pool);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("nextn_predict_layers"), std::string::npos) << refused.status().message();
+}
 
 }  // namespace
 }  // namespace dspark

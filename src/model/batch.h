@@ -66,6 +66,9 @@ struct ForwardOutput {
   std::vector<int> logit_rows;  // batch row index of each logits row, in row order
   std::vector<float> logits;    // [logit_rows.size(), n_vocab]
   std::vector<std::vector<float>> taps;  // one per tap layer: [n_rows, n_embd]
+  // Model::ForwardNextn: the normed output of the logits rows [logit_rows.size(), n_embd], the h of
+  // the next multi-token-prediction step. Empty for the trunk.
+  std::vector<float> hidden;
   // Mixture-of-experts models: the distinct experts the pass read, summed over blocks (the
   // weights a pass streams grow with this union, not with its rows). 0 for dense models.
   int64_t experts_read = 0;

@@ -91,7 +91,11 @@ struct ModelConfig {
   ArchTraits traits;
   int n_vocab = 0;
   int n_embd = 0;
-  int n_layer = 0;
+  int n_layer = 0;  // trunk blocks: block_count without the nextn blocks
+  // DeepSeek's multi-token-prediction blocks (`<arch>.nextn_predict_layers`), stored after the
+  // trunk as blk.n_layer...: a decoder block over [enorm(embedding) ; hnorm(h)] through
+  // nextn.eh_proj, whose normed output predicts the token after next (Model::ForwardNextn).
+  int n_nextn = 0;
   int n_head = 0;
   int n_head_kv = 0;
   int head_dim = 0;    // attention.key_length

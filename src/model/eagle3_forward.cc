@@ -12,8 +12,21 @@ namespace dspark {
 
 namespace {
 
+void RmsRows(const float* x, int64_t x_stride, const std::vector<float>& w, float eps, int n, int64_t d, float* y,
+             int64_t y_stride) {
+  for (int i = 0; i < n; ++i) ops::RmsNorm(x + i * x_stride, w.data(), eps, d, y + i * y_stride);
+}
+
+}  // namespace
+
+Eagle3Forward::Eagle3Forward(const Eagle3Model& model) : model_(model), rope_(model.config().rope) {}
+
+Eagle3Forward::Eagle3Forward(std::unique_ptr<Eagle3Model> model)
+    : owned_(std::move(model)), model_(*owned_), rope_(model_.config().rope) {}
+
 // The cache only needs the K/V geometry: one layer.
-ModelConfig CacheConfig(const Eagle3Config& c) {
+ModelConfig Eagle3Forward::CacheConfig() const {
+  const Eagle3Config& c = model_.config();
   ModelConfig m;
   m.n_layer = 1;
   m.n_head = c.n_head;
@@ -24,34 +37,8 @@ ModelConfig CacheConfig(const Eagle3Config& c) {
   return m;
 }
 
-void RmsRows(const float* x, int64_t x_stride, const std::vector<float>& w, float eps, int n, int64_t d, float* y,
-             int64_t y_stride) {
-  for (int i = 0; i < n; ++i) ops::RmsNorm(x + i * x_stride, w.data(), eps, d, y + i * y_stride);
-}
-
-}  // namespace
-
-Eagle3Context::Eagle3Context(const Eagle3Model& model, int n_cells)
-    : cache_(CacheConfig(model.config()), 1, n_cells, DType::kF32) {}
-
-Eagle3Forward::Eagle3Forward(const Eagle3Model& model) : model_(model), rope_(model.config().rope) {}
-
-Status Eagle3Forward::Check(const Eagle3Job& job) const {
-  const Eagle3Config& c = model_.config();
-  if (job.context == nullptr) return InvalidArgument("spec: eagle3 job without a context");
-  if (job.tokens.empty()) return InvalidArgument("spec: eagle3 job without rows");
-  if (job.g == nullptr) return InvalidArgument("spec: eagle3 job without g");
-  const KvCache& cache = job.context->cache_;
-  if (cache.Length(0) + static_cast<int64_t>(job.tokens.size()) > cache.n_ctx())
-    return OutOfRange("spec: eagle3 draft context full: {} rows + {} new exceed {}", cache.Length(0), job.tokens.size(),
-                      cache.n_ctx());
-  for (int32_t t : job.tokens)
-    if (t < 0 || t >= c.n_vocab) return InvalidArgument("spec: eagle3 row token {} outside the vocabulary", t);
-  return Status::Ok();
-}
-
-Status Eagle3Forward::Run(std::span<const Eagle3Job> jobs, ThreadPool& pool) {
-  for (const Eagle3Job& job : jobs) DSPARK_TRY(Check(job));
+Status Eagle3Forward::Run(std::span<const HeadJob> jobs, ThreadPool& pool) {
+  for (const HeadJob& job : jobs) DSPARK_TRY(Check(job));
   std::vector<int> row0(jobs.size() + 1, 0);
   for (size_t j = 0; j < jobs.size(); ++j) row0[j + 1] = row0[j] + static_cast<int>(jobs[j].tokens.size());
   if (row0.back() == 0) return Status::Ok();
@@ -59,25 +46,31 @@ Status Eagle3Forward::Run(std::span<const Eagle3Job> jobs, ThreadPool& pool) {
   AttentionLayer(jobs, row0, pool);
   Ffn(row0.back(), pool);
   Outputs(jobs, row0, pool);
-  for (const Eagle3Job& job : jobs) job.context->cache_.Advance(0, static_cast<int>(job.tokens.size()));
+  for (const HeadJob& job : jobs) job.context->cache().Advance(0, static_cast<int>(job.tokens.size()));
   return Status::Ok();
 }
 
-void Eagle3Forward::Fuse(const float* features, int n, float* g, ThreadPool& pool) {
+void Eagle3Forward::Fuse(std::span<const float* const> taps, int n, float* g, ThreadPool& pool) {
   const Eagle3Config& c = model_.config();
   const Eagle3Weights& w = model_.weights();
   const int64_t F = c.n_features();
+  const int64_t Et = c.target_hidden;
+  feats_.resize(static_cast<size_t>(n) * F);
+  for (int r = 0; r < n; ++r)
+    for (size_t t = 0; t < taps.size(); ++t)
+      std::memcpy(feats_.data() + r * F + t * Et, taps[t] + static_cast<size_t>(r) * Et, Et * sizeof(float));
+  const float* features = feats_.data();
   if (c.norm_before_fc) {
-    feats_.resize(static_cast<size_t>(n) * F);
-    RmsRows(features, F, w.enc_norm, c.rms_eps, n, F, feats_.data(), F);
-    features = feats_.data();
+    fused_.resize(static_cast<size_t>(n) * F);
+    RmsRows(feats_.data(), F, w.enc_norm, c.rms_eps, n, F, fused_.data(), F);
+    features = fused_.data();
   }
   ops::MatMul(w.fc, features, n, g, pool);
 }
 
 // The decoder input x = [RMSNorm(embed(token)) ; RMSNorm_hidden(g)] of every row (g_ keeps the
 // rows' g for the residual).
-void Eagle3Forward::Inputs(std::span<const Eagle3Job> jobs, std::span<const int> row0) {
+void Eagle3Forward::Inputs(std::span<const HeadJob> jobs, std::span<const int> row0) {
   const Eagle3Config& c = model_.config();
   const Eagle3Weights& w = model_.weights();
   const int64_t E = c.n_embd;
@@ -85,7 +78,7 @@ void Eagle3Forward::Inputs(std::span<const Eagle3Job> jobs, std::span<const int>
   g_.resize(rows * E);
   x_.resize(rows * 2 * E);
   for (size_t j = 0; j < jobs.size(); ++j)
-    std::copy_n(jobs[j].g, jobs[j].tokens.size() * E, g_.data() + static_cast<size_t>(row0[j]) * E);
+    std::copy_n(jobs[j].state, jobs[j].tokens.size() * E, g_.data() + static_cast<size_t>(row0[j]) * E);
   const ops::WeightView& e = w.tok_embd;
   const size_t embd_row = RowBytes(e.type, e.cols);
   std::vector<float>& embd = r_;  // scratch until the residual needs it
@@ -102,7 +95,7 @@ void Eagle3Forward::Inputs(std::span<const Eagle3Job> jobs, std::span<const int>
 
 // Q/K/V of x, RoPE at each row's position, the rows' K/V into their contexts, causal attention
 // over the context, the output projection and the residual (g, or RMSNorm_hidden(g)).
-void Eagle3Forward::AttentionLayer(std::span<const Eagle3Job> jobs, std::span<const int> row0, ThreadPool& pool) {
+void Eagle3Forward::AttentionLayer(std::span<const HeadJob> jobs, std::span<const int> row0, ThreadPool& pool) {
   const Eagle3Config& c = model_.config();
   const Eagle3Weights& w = model_.weights();
   const int64_t E = c.n_embd;
@@ -126,7 +119,7 @@ void Eagle3Forward::AttentionLayer(std::span<const Eagle3Job> jobs, std::span<co
   cos_.resize(static_cast<size_t>(half));
   sin_.resize(static_cast<size_t>(half));
   for (size_t j = 0; j < jobs.size(); ++j) {
-    KvCache& cache = jobs[j].context->cache_;
+    KvCache& cache = jobs[j].context->cache();
     const int n_cells = cache.Length(0);
     for (int i = 0; i < static_cast<int>(jobs[j].tokens.size()); ++i) {
       const size_t r = static_cast<size_t>(row0[j] + i);
@@ -158,7 +151,7 @@ void Eagle3Forward::AttentionLayer(std::span<const Eagle3Job> jobs, std::span<co
   pool.ParallelFor(static_cast<int64_t>(tasks.size()) * c.n_head_kv, [&](int64_t index, int) {
     const Task& t = tasks[index / c.n_head_kv];
     const int kvh = static_cast<int>(index % c.n_head_kv);
-    const KvCache& cache = jobs[t.job].context->cache_;
+    const KvCache& cache = jobs[t.job].context->cache();
     const int n_new = static_cast<int>(jobs[t.job].tokens.size());
     const int n_old = cache.Length(0);  // advanced only after the pass
     const int n_all = n_old + n_new;
@@ -195,7 +188,7 @@ void Eagle3Forward::Ffn(int n_rows, ThreadPool& pool) {
 }
 
 // Each job's last row: its pre-norm state, and RMSNorm then the LM head (d2t-scattered).
-void Eagle3Forward::Outputs(std::span<const Eagle3Job> jobs, std::span<const int> row0, ThreadPool& pool) {
+void Eagle3Forward::Outputs(std::span<const HeadJob> jobs, std::span<const int> row0, ThreadPool& pool) {
   const Eagle3Config& c = model_.config();
   const Eagle3Weights& w = model_.weights();
   const int64_t E = c.n_embd;
@@ -208,13 +201,13 @@ void Eagle3Forward::Outputs(std::span<const Eagle3Job> jobs, std::span<const int
   for (int i = 0; i < n; ++i) {
     const size_t j = which[i];
     const float* h = h_.data() + static_cast<size_t>(row0[j + 1] - 1) * E;
-    jobs[j].out->hidden.assign(h, h + E);
+    jobs[j].out->state.assign(h, h + E);
     ops::RmsNorm(h, w.output_norm.data(), c.rms_eps, E, last_.data() + static_cast<size_t>(i) * E);
   }
   logits_.resize(static_cast<size_t>(n) * c.n_vocab_draft);
   ops::MatMul(w.output, last_.data(), n, logits_.data(), pool);
   for (int i = 0; i < n; ++i) {
-    Eagle3Output* out = jobs[which[i]].out;
+    HeadOutput* out = jobs[which[i]].out;
     out->logits.resize(c.n_vocab);
     ScatterDraftLogits(logits_.data() + static_cast<size_t>(i) * c.n_vocab_draft, 1, w.d2t, c.n_vocab,
                        out->logits.data());

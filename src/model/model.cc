@@ -79,6 +79,9 @@ Result<std::unique_ptr<Model>> Model::FromFile(std::shared_ptr<const gguf::File>
       views.push_back(&l.w_down);
     }
     for (const ops::WeightView* v : views) from_file.push_back(*v);
+    for (NextnWeights& x : w.nextn)
+      for (ops::WeightView* v : {&x.eh_proj, &x.embed_tokens, &x.shared_head_head})
+        if (v->rows > 0 && v != &x.embed_tokens) views.push_back(v);
     const void* output_rows = w.output.data;
     m->packed_.Pack(views);
     // Types without a packed layout here keep their row layout, in memory on huge pages too.
@@ -103,7 +106,8 @@ uint64_t Model::WeightBytesPerToken() const {
   auto bytes = [](const ops::WeightView& w) { return static_cast<uint64_t>(RowBytes(w.type, w.cols)) * w.rows; };
   uint64_t total = bytes(weights_.output) + RowBytes(weights_.tok_embd.type, weights_.tok_embd.cols);
   const int used = config_.moe.n_expert_used;
-  for (const LayerWeights& l : weights_.layers) {
+  for (int il = 0; il < config_.n_layer; ++il) {  // the trunk's: a decode step runs no nextn block
+    const LayerWeights& l = weights_.layers[il];
     total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.w_gate) + bytes(l.w_up) + bytes(l.w_down);
     // A token reads the router and its n_expert_used experts.
     if (!l.gate_exps.empty())
@@ -287,12 +291,34 @@ double ForwardProfile::TotalMs() const {
 
 Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadPool& pool,
                                      const ForwardOptions& options) {
+  for (int t : options.tap_layers)
+    if (t < 0 || t > config_.n_layer)
+      return InvalidArgument("model: tap layer {} out of range [0, {}]", t, config_.n_layer);
+  return Pass(batch, /*nextn_h=*/nullptr, cache, pool, options);
+}
+
+ModelConfig Model::NextnCacheConfig() const {
+  ModelConfig c = config_;
+  c.n_layer = 1;
+  c.n_nextn = 0;
+  return c;
+}
+
+Result<ForwardOutput> Model::ForwardNextn(const Batch& batch, const float* h, KvCache& cache,
+                                          ThreadPool& pool) const {
+  if (config_.n_nextn < 1)
+    return InvalidArgument("model: {}: no multi-token-prediction block ({}.nextn_predict_layers is 0)",
+                              file_->path(), config_.arch);
+  if (h == nullptr) return InvalidArgument("model: a nextn pass needs the h of every row");
+  return Pass(batch, h, cache, pool, {});
+}
+
+Result<ForwardOutput> Model::Pass(const Batch& batch, const float* nextn_h, KvCache& cache, ThreadPool& pool,
+                                  const ForwardOptions& options) const {
   PhaseClock clock(options.profile);
   DSPARK_TRY(ValidateBatch(batch, cache));
   const ModelConfig& c = config_;
   const int n = batch.size();
-  for (int t : options.tap_layers)
-    if (t < 0 || t > c.n_layer) return InvalidArgument("model: tap layer {} out of range [0, {}]", t, c.n_layer);
 
   // Cell of each row, and the cells each row may attend beyond its sequence's committed prefix.
   std::vector<int> cell(n), prefix(n);
@@ -321,11 +347,25 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
   const int64_t d = c.n_embd;
   const int half_rot = c.rope.n_rot / 2;
 
+  // The trunk's blocks, or the first multi-token-prediction block (its K/V in the cache's layer 0).
+  const NextnWeights* nextn = nextn_h != nullptr ? &weights_.nextn[0] : nullptr;
+  const int layer0 = nextn != nullptr ? c.n_layer : 0;
+  const int n_pass_layers = nextn != nullptr ? 1 : c.n_layer;
+  const ops::WeightView& e = nextn != nullptr && nextn->embed_tokens.rows > 0 ? nextn->embed_tokens : weights_.tok_embd;
   for (int i = 0; i < n; ++i) {
-    const ops::WeightView& e = weights_.tok_embd;
     const uint8_t* row = static_cast<const uint8_t*>(e.data) + RowBytes(e.type, e.cols) * batch.rows[i].token;
     ops::DequantizeRow(e.type, row, s.x.data() + i * d, d);
     rope_->Angles(batch.rows[i].pos, s.cos_t.data() + i * half_rot, s.sin_t.data() + i * half_rot);
+  }
+  if (nextn != nullptr) {
+    // x = eh_proj([enorm(embedding) ; hnorm(h)]), as llama.cpp's deepseek2 MTP graph.
+    thread_local std::vector<float> eh;
+    eh.resize(static_cast<size_t>(n) * 2 * d);
+    for (int i = 0; i < n; ++i) {
+      ops::RmsNorm(s.x.data() + i * d, nextn->enorm.data(), c.rms_eps, d, eh.data() + i * 2 * d);
+      ops::RmsNorm(nextn_h + i * d, nextn->hnorm.data(), c.rms_eps, d, eh.data() + i * 2 * d + d);
+    }
+    ops::MatMul(nextn->eh_proj, eh.data(), n, s.x.data(), pool);
   }
 
   ForwardOutput out;
@@ -340,8 +380,10 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
   const std::vector<AttentionUnit> units = PlanAttention(batch, visible, prefix, group);
   clock.Mark(ForwardProfile::kSetup);
 
-  for (int il = 0; il < c.n_layer; ++il) {
-    const LayerWeights& L = weights_.layers[il];
+  // il: the block's layer in the cache; wl: its weights (and whether it is a mixture).
+  for (int il = 0; il < n_pass_layers; ++il) {
+    const int wl = layer0 + il;
+    const LayerWeights& L = weights_.layers[wl];
     tap(il);
 
     // Attention block.
@@ -415,7 +457,7 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     // Feed-forward block (SwiGLU, or a mixture of SwiGLU experts).
     RmsNormRows(s.x.data(), L.ffn_norm, c.rms_eps, n, d, s.h.data(), pool);
     clock.Mark(ForwardProfile::kNorm);
-    if (c.moe.Layer(il)) {
+    if (c.moe.Layer(wl)) {
       out.experts_read += MoeFfn(c.moe, L, s.h.data(), n, d, s.x.data(), pool);
       if (c.moe.n_shared > 0)
         SwiGlu(L.gate_shexp, L.up_shexp, L.down_shexp, L.gate_up_shexp, c.moe.n_shared * c.moe.n_ff_exp, n, d, s, clock,
@@ -425,17 +467,22 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
     }
     SwiGlu(L.w_gate, L.w_up, L.w_down, L.w_gate_up, c.n_ff, n, d, s, clock, pool);
   }
-  tap(c.n_layer);
+  tap(n_pass_layers);
 
   // Final norm and LM head, only for rows that asked for logits.
   for (int i = 0; i < n; ++i)
     if (batch.rows[i].logits) out.logit_rows.push_back(i);
   const int n_out = static_cast<int>(out.logit_rows.size());
   if (n_out > 0) {
+    const std::vector<float>& norm =
+        nextn != nullptr && !nextn->shared_head_norm.empty() ? nextn->shared_head_norm : weights_.output_norm;
+    const ops::WeightView& head =
+        nextn != nullptr && nextn->shared_head_head.rows > 0 ? nextn->shared_head_head : weights_.output;
     for (int k = 0; k < n_out; ++k)
-      ops::RmsNorm(s.x.data() + out.logit_rows[k] * d, weights_.output_norm.data(), c.rms_eps, d, s.h.data() + k * d);
+      ops::RmsNorm(s.x.data() + out.logit_rows[k] * d, norm.data(), c.rms_eps, d, s.h.data() + k * d);
     out.logits.resize(static_cast<size_t>(n_out) * c.n_vocab);
-    ops::MatMul(weights_.output, s.h.data(), n_out, out.logits.data(), pool);
+    ops::MatMul(head, s.h.data(), n_out, out.logits.data(), pool);
+    if (nextn != nullptr) out.hidden.assign(s.h.begin(), s.h.begin() + static_cast<size_t>(n_out) * d);
   }
   clock.Mark(ForwardProfile::kHead);
   if (options.profile != nullptr) ++options.profile->passes;

@@ -1,4 +1,5 @@
-// A loaded dense transformer (llama / mistral / qwen2 / qwen3) and its batched forward pass.
+// A loaded transformer (llama / mistral / qwen2 / qwen3 / qwen3moe / deepseek2) and its batched
+// forward pass.
 // The model owns the mapped GGUF file and the bound weights; KV caches are owned by callers so one
 // model can serve many caches (target, per-request forks).
 #pragma once
@@ -53,8 +54,20 @@ class Model {
   Result<ForwardOutput> Forward(const Batch& batch, KvCache& cache, ThreadPool& pool,
                                 const ForwardOptions& options = {});
 
+  // DeepSeek's multi-token prediction (config().n_nextn > 0), as llama.cpp's deepseek2 MTP graph:
+  // each row runs the first nextn block on [enorm(embedding of its token) ; hnorm(h of the row)]
+  // (h: [rows, n_embd], the trunk's normed output at the position before, or the previous step's
+  // `hidden`), its K/V entering `cache` (made with NextnCacheConfig()); rows that ask for logits
+  // get them from the block's head norm and head, and their normed output as `hidden`.
+  Result<ForwardOutput> ForwardNextn(const Batch& batch, const float* h, KvCache& cache, ThreadPool& pool) const;
+  // The shape of the nextn block's KV cache: one layer of the trunk's.
+  ModelConfig NextnCacheConfig() const;
+
  private:
   Model() = default;
+  // Forward (nextn_h null: the trunk) and ForwardNextn.
+  Result<ForwardOutput> Pass(const Batch& batch, const float* nextn_h, KvCache& cache, ThreadPool& pool,
+                             const ForwardOptions& options) const;
   Status ValidateBatch(const Batch& batch, const KvCache& cache) const;
 
   std::shared_ptr<const gguf::File> file_;

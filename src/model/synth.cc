@@ -197,7 +197,10 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
   w.SetString("general.name", fmt::format("dspark-synth-{}", a));
   w.SetU32(a + ".context_length", spec.n_ctx);
   w.SetU32(a + ".embedding_length", spec.n_embd);
-  w.SetU32(a + ".block_count", spec.n_layer);
+  if (spec.n_nextn > 0 && (spec.arch != "deepseek2" || spec.n_expert == 0))
+    return InvalidArgument("synth: multi-token-prediction blocks are written for deepseek2 mixtures only");
+  w.SetU32(a + ".block_count", spec.n_layer + spec.n_nextn);
+  if (spec.n_nextn > 0) w.SetU32(a + ".nextn_predict_layers", spec.n_nextn);
   const bool mla = spec.kv_lora_rank > 0;
   // Mixtral files (llama with experts) give the experts' width as feed_forward_length.
   const bool mixtral = moe && !mla && !arch->traits.experts;
@@ -281,8 +284,14 @@ Status WriteSynthModel(const SynthSpec& spec_in, const gguf::File* vocab, const 
     }
     DSPARK_TRY(w.AddTensor("rope_freqs.weight", DType::kF32, {spec.head_dim / 2}, std::move(bytes)));
   }
-  for (int il = 0; il < spec.n_layer; ++il) {
+  for (int il = 0; il < spec.n_layer + spec.n_nextn; ++il) {
     auto n = [il](const char* part) { return fmt::format("blk.{}.{}", il, part); };
+    if (il >= spec.n_layer) {
+      DSPARK_TRY(matrix(n("nextn.eh_proj.weight"), 2 * spec.n_embd, spec.n_embd, g));
+      DSPARK_TRY(vec(n("nextn.enorm.weight"), spec.n_embd, 1.0f, 0.1f));
+      DSPARK_TRY(vec(n("nextn.hnorm.weight"), spec.n_embd, 1.0f, 0.1f));
+      DSPARK_TRY(vec(n("nextn.shared_head_norm.weight"), spec.n_embd, 1.0f, 0.1f));
+    }
     DSPARK_TRY(vec(n("attn_norm.weight"), spec.n_embd, 1.0f, 0.1f));
     DSPARK_TRY(vec(n("ffn_norm.weight"), spec.n_embd, 1.0f, 0.1f));
     const bool dense_ffn = !moe || il < spec.n_leading_dense;

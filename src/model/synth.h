@@ -52,6 +52,9 @@ struct SynthSpec {
   int v_head_dim = 0;
   bool split_kv_b = true;
   float yarn_log_mul = 0.0f;
+  // deepseek2: multi-token-prediction blocks after the trunk (nextn_predict_layers; block_count
+  // counts them), each a mixture block with nextn.{eh_proj, enorm, hnorm, shared_head_norm}.
+  int n_nextn = 0;
   int n_ctx = 512;
   float rope_base = 10000.0f;
   float rms_eps = 1e-6f;

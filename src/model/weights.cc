@@ -111,7 +111,7 @@ Result<ModelWeights> BindDenseWeights(const gguf::File& file, const ModelConfig&
 
   // Grown block by block: block_count is only a claim until blk.N's tensors are found, and a file
   // that claims millions of blocks must fail on the first missing tensor, not allocate for them all.
-  for (int il = 0; il < c.n_layer; ++il) {
+  for (int il = 0; il < c.n_layer + c.n_nextn; ++il) {
     LayerWeights& l = w.layers.emplace_back();
     auto n = [il](const char* part) { return fmt::format("blk.{}.{}", il, part); };
     DSPARK_ASSIGN_OR_RETURN(l.attn_norm, b.Vector(n("attn_norm.weight"), c.n_embd));
@@ -122,6 +122,18 @@ Result<ModelWeights> BindDenseWeights(const gguf::File& file, const ModelConfig&
       DSPARK_TRY(BindAttention(b, c, il, l));
     }
     DSPARK_TRY(BindFfn(b, c, il, l));
+    if (il >= c.n_layer) {
+      NextnWeights& x = w.nextn.emplace_back();
+      DSPARK_ASSIGN_OR_RETURN(x.eh_proj, b.Matrix(n("nextn.eh_proj.weight"), 2 * c.n_embd, c.n_embd));
+      DSPARK_ASSIGN_OR_RETURN(x.enorm, b.Vector(n("nextn.enorm.weight"), c.n_embd));
+      DSPARK_ASSIGN_OR_RETURN(x.hnorm, b.Vector(n("nextn.hnorm.weight"), c.n_embd));
+      DSPARK_ASSIGN_OR_RETURN(x.shared_head_norm,
+                              b.Vector(n("nextn.shared_head_norm.weight"), c.n_embd, TensorRequirement::kOptional));
+      DSPARK_ASSIGN_OR_RETURN(x.embed_tokens, b.Matrix(n("nextn.embed_tokens.weight"), c.n_embd, c.n_vocab,
+                                                       TensorRequirement::kOptional));
+      DSPARK_ASSIGN_OR_RETURN(x.shared_head_head, b.Matrix(n("nextn.shared_head_head.weight"), c.n_embd, c.n_vocab,
+                                                           TensorRequirement::kOptional));
+    }
   }
   b.ReportUnclaimed(unclaimed);
   return w;

@@ -41,11 +41,24 @@ struct LayerWeights {
   std::vector<ops::WeightView> wk_b, wv_b;
 };
 
+// What a multi-token-prediction block (config.n_nextn) adds to its decoder block's weights, as
+// llama.cpp names them: blk.N.nextn.{eh_proj, enorm, hnorm} and, optionally, an embedding, head
+// and head norm of its own (else the trunk's token_embd, output and output_norm serve).
+struct NextnWeights {
+  ops::WeightView eh_proj;             // [n_embd, 2 n_embd]: [enorm(embedding) ; hnorm(h)] -> n_embd
+  std::vector<float> enorm, hnorm;     // [n_embd]
+  std::vector<float> shared_head_norm;  // [n_embd]; empty: output_norm
+  ops::WeightView embed_tokens;        // [n_vocab, n_embd]; rows == 0: tok_embd
+  ops::WeightView shared_head_head;    // [n_vocab, n_embd]; rows == 0: output
+};
+
 struct ModelWeights {
   ops::WeightView tok_embd;     // [n_vocab, n_embd]
   std::vector<float> output_norm;
   ops::WeightView output;       // [n_vocab, n_embd]; == tok_embd when tied
+  // The trunk's n_layer blocks, then the n_nextn multi-token-prediction blocks.
   std::vector<LayerWeights> layers;
+  std::vector<NextnWeights> nextn;  // [n_nextn]
   // Matrices the loader derives from the file's (MLA's wk_b from an older file's combined
   // attn_kv_b, transposed), which views above point into.
   std::vector<std::vector<float>> derived;

@@ -1,15 +1,18 @@
-// A fixture for drafters that read the target's hidden states (DSpark / DFlash, EAGLE-3): a tiny
-// target, the target's taps for a prompt handed to a drafter as the engine would, a speculative
+// A fixture for drafters that read the target's hidden states (DSpark / DFlash, EAGLE-3, MTP): a
+// tiny target, the target's taps for a prompt handed to a drafter as the engine would, a speculative
 // run, and the prompts every such test uses.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dspark/dspark_models.h"
 #include "model/testing/tiny_models.h"
+#include "speculative/batch_engine.h"
 #include "speculative/engine.h"
 
 namespace dspark::testing {
@@ -57,6 +60,95 @@ class TapDrafterTest : public ::testing::Test {
     auto r = engine.GenerateFromIds(prompt, go);
     EXPECT_TRUE(r.ok()) << r.status().message();
     return r.ok() ? std::move(*r) : GenerateResult{};
+  }
+
+  // ProposeBatch over four sequences equals Propose one at a time (greedy and sampled: tokens,
+  // probabilities and q), and a sequence whose context disagrees with what the drafter saw fails
+  // alone. `create` makes a fresh drafter.
+  void ExpectBatchedProposalsEqualSingle(const std::function<Result<std::unique_ptr<Drafter>>()>& create,
+                                         const std::string& what) {
+    for (const bool sample : {false, true}) {
+      auto alone = create();
+      auto batched = create();
+      ASSERT_TRUE(alone.ok() && batched.ok());
+      std::vector<ProposeRequest> requests;
+      std::vector<std::vector<int32_t>> prompts;
+      std::vector<Rng> rngs;
+      for (int v = 0; v < 4; ++v) prompts.push_back(Prompt(v));
+      rngs.reserve(4);
+      for (int seq = 0; seq < 4; ++seq) {
+        FeedPrompt(alone->get(), seq, prompts[seq]);
+        FeedPrompt(batched->get(), seq, prompts[seq]);
+        ProposeRequest r;
+        r.seq = seq;
+        r.context = prompts[seq];
+        r.params.budget = 2 + 3 * seq;
+        if (sample) r.params.sampling.temperature = 0.9f;
+        rngs.emplace_back(100 + seq);
+        requests.push_back(r);
+      }
+      for (size_t i = 0; i < requests.size(); ++i) requests[i].rng = &rngs[i];
+      std::vector<Result<Draft>> got = (*batched)->ProposeBatch(requests);
+      for (size_t i = 0; i < requests.size(); ++i) {
+        Rng rng(100 + static_cast<uint64_t>(i));
+        auto want = (*alone)->Propose(requests[i].seq, requests[i].context, requests[i].params, rng);
+        ASSERT_TRUE(want.ok() && got[i].ok()) << what;
+        EXPECT_EQ(got[i]->tokens.size(), static_cast<size_t>(requests[i].params.budget)) << what;
+        EXPECT_EQ(got[i]->tokens, want->tokens) << what << " seq " << i << " sample " << sample;
+        EXPECT_EQ(got[i]->probs, want->probs) << what << " seq " << i;
+        EXPECT_EQ(got[i]->q, want->q) << what << " seq " << i;
+      }
+      std::vector<int32_t> wrong = prompts[0];
+      wrong.push_back(5);
+      requests[0].context = wrong;
+      for (int seq = 0; seq < 4; ++seq) {
+        FeedPrompt(batched->get(), seq, prompts[seq]);
+        rngs[seq] = Rng(100 + seq);
+      }
+      got = (*batched)->ProposeBatch(requests);
+      EXPECT_FALSE(got[0].ok()) << what;
+      for (size_t i = 1; i < requests.size(); ++i) EXPECT_TRUE(got[i].ok()) << what << " seq " << i;
+    }
+  }
+
+  // Five requests on three slots of a BatchEngine (prompts arriving in chunks, interleaved with
+  // other sequences' drafting) equal plain greedy decoding, and follow-up chat turns reuse the
+  // prompt cache's rows of the target and of the drafter, still lossless.
+  void ExpectConcurrentSequencesAndPromptCacheLossless(Drafter* drafter) {
+    BatchEngineOptions bo;
+    bo.n_parallel = 3;
+    bo.n_ctx = 128;
+    bo.prefill_chunk = 5;
+    bo.schedule.n_max = 4;
+    bo.cache_ram_bytes = 16 << 20;
+    BatchEngine engine(*target_.model, *target_.tok, pool_, bo, drafter);
+    auto submit = [&](const std::vector<int32_t>& prompt, int n, GenerateResult* out) {
+      GenerateOptions go;
+      go.max_new_tokens = n;
+      go.ignore_eos = true;
+      ASSERT_TRUE(engine.Submit(prompt, go, nullptr, [out](GenerateResult&& r) { *out = std::move(r); }).ok());
+    };
+    std::vector<GenerateResult> results(5);
+    for (int v = 0; v < 5; ++v) submit(Prompt(v), 16 + v, &results[v]);
+    ASSERT_TRUE(engine.RunUntilIdle().ok());
+    for (int v = 0; v < 5; ++v) {
+      EXPECT_EQ(results[v].ids, ReferenceGreedy(*target_.model, pool_, Prompt(v), 16 + v)) << "request " << v;
+      EXPECT_EQ(results[v].stats.num_fallbacks, 0) << results[v].error;
+      EXPECT_GT(results[v].stats.num_draft_tokens, 0);
+    }
+    std::vector<int32_t> chat = Prompt(3);
+    for (int v = 0; v < 20; ++v) chat.push_back(3 + (v * 7) % 50);
+    for (int turn = 0; turn < 3; ++turn) {
+      GenerateResult r;
+      submit(chat, 12, &r);
+      ASSERT_TRUE(engine.RunUntilIdle().ok());
+      const auto want = ReferenceGreedy(*target_.model, pool_, chat, 12);
+      EXPECT_EQ(r.ids, want) << "turn " << turn;
+      if (turn > 0) EXPECT_GT(r.stats.prompt_cached_tokens, 0) << "turn " << turn;
+      EXPECT_EQ(r.stats.num_fallbacks, 0) << r.error;
+      chat.insert(chat.end(), want.begin(), want.end());
+      chat.insert(chat.end(), {5, 9, static_cast<int32_t>(11 + turn)});
+    }
   }
 
   static std::vector<int32_t> Prompt(int variant) {

@@ -16,7 +16,7 @@
 #include "model/eagle3_forward.h"
 #include "model/testing/tiny_models.h"
 #include "speculative/batch_engine.h"
-#include "speculative/drafters/eagle3_drafter.h"
+#include "speculative/drafters/head_drafter.h"
 #include "speculative/drafters/factory.h"
 #include "speculative/engine.h"
 #include "speculative/speculation.h"
@@ -246,27 +246,27 @@ TEST_F(Eagle3, HeadAndChainsMatchTheScalarReference) {
       const auto taps = Taps(spec.target_layers, prompt);
       const int Et = target_.model->config().n_embd;
       std::vector<std::vector<double>> g;
-      std::vector<float> feats;
       for (int r = 0; r < n; ++r) {
         std::vector<double> f;
         for (const auto& t : taps) f.insert(f.end(), t.begin() + r * Et, t.begin() + (r + 1) * Et);
-        feats.insert(feats.end(), f.begin(), f.end());
         g.push_back(ref.Fuse(f));
       }
       // Forward: the committed rows in one job, then three draft rows one pass each.
       auto model = Eagle3Model::Load(Tmp(name), *target_.model);
       ASSERT_TRUE(model.ok()) << model.status().message();
       Eagle3Forward fw(**model);
-      Eagle3Context ctx(**model, 64);
+      HeadContext ctx(fw, 64);
       const int E = (*model)->config().n_embd;
       std::vector<float> gf(static_cast<size_t>(n) * E);
-      fw.Fuse(feats.data(), n, gf.data(), pool_);
+      std::vector<const float*> tap_rows;
+      for (const auto& t : taps) tap_rows.push_back(t.data());
+      fw.Fuse(tap_rows, n, gf.data(), pool_);
       for (int r = 0; r < n; ++r)
         for (int i = 0; i < E; ++i) ASSERT_NEAR(gf[r * E + i], g[r][i], 1e-4 * (1 + std::abs(g[r][i])));
       std::vector<int32_t> tokens(prompt.begin() + 1, prompt.end());
-      Eagle3Output out;
-      const Eagle3Job job{&ctx, tokens, gf.data(), &out};
-      ASSERT_TRUE(fw.Run(std::span<const Eagle3Job>(&job, 1), pool_).ok());
+      HeadOutput out;
+      const HeadJob job{&ctx, tokens, gf.data(), &out};
+      ASSERT_TRUE(fw.Run(std::span<const HeadJob>(&job, 1), pool_).ok());
       std::vector<std::vector<double>> hs;
       ref.Reset();
       std::vector<std::vector<double>> want = ref.Run(std::vector<int>(tokens.begin(), tokens.end()), g, &hs);
@@ -280,11 +280,11 @@ TEST_F(Eagle3, HeadAndChainsMatchTheScalarReference) {
                 << "step " << step << " token " << v;
           }
         }
-        for (int i = 0; i < E; ++i) ASSERT_NEAR(out.hidden[i], hs.back()[i], 1e-3 * (1 + std::abs(hs.back()[i])));
+        for (int i = 0; i < E; ++i) ASSERT_NEAR(out.state[i], hs.back()[i], 1e-3 * (1 + std::abs(hs.back()[i])));
         const int32_t next = static_cast<int32_t>(3 + (step * 13 + variant) % 50);
-        const std::vector<float> h = out.hidden;
-        const Eagle3Job draft{&ctx, std::span<const int32_t>(&next, 1), h.data(), &out};
-        ASSERT_TRUE(fw.Run(std::span<const Eagle3Job>(&draft, 1), pool_).ok());
+        const std::vector<float> h = out.state;
+        const HeadJob draft{&ctx, std::span<const int32_t>(&next, 1), h.data(), &out};
+        ASSERT_TRUE(fw.Run(std::span<const HeadJob>(&draft, 1), pool_).ok());
         want = ref.Run({next}, {hs.back()}, &hs);
       }
       EXPECT_EQ(ctx.length(), n + 4);
@@ -350,91 +350,14 @@ TEST_F(Eagle3, FileTypeIsDetectedAndCliNameListed) {
 }
 
 TEST_F(Eagle3, BatchedProposalsEqualProposalsOneAtATime) {
-  for (const auto& [name, spec] : Variants()) {
-    for (const bool sample : {false, true}) {
-      auto alone = Create(name);
-      auto batched = Create(name);
-      ASSERT_TRUE(alone.ok() && batched.ok());
-      std::vector<ProposeRequest> requests;
-      std::vector<std::vector<int32_t>> prompts;
-      std::vector<Rng> rngs;
-      for (int v = 0; v < 4; ++v) prompts.push_back(Prompt(v));
-      rngs.reserve(4);
-      for (int seq = 0; seq < 4; ++seq) {
-        FeedPrompt(alone->get(), seq, prompts[seq]);
-        FeedPrompt(batched->get(), seq, prompts[seq]);
-        ProposeRequest r;
-        r.seq = seq;
-        r.context = prompts[seq];
-        r.params.budget = 2 + 3 * seq;
-        if (sample) r.params.sampling.temperature = 0.9f;
-        rngs.emplace_back(100 + seq);
-        requests.push_back(r);
-      }
-      for (size_t i = 0; i < requests.size(); ++i) requests[i].rng = &rngs[i];
-      std::vector<Result<Draft>> got = (*batched)->ProposeBatch(requests);
-      for (size_t i = 0; i < requests.size(); ++i) {
-        Rng rng(100 + static_cast<uint64_t>(i));
-        auto want = (*alone)->Propose(requests[i].seq, requests[i].context, requests[i].params, rng);
-        ASSERT_TRUE(want.ok() && got[i].ok()) << name;
-        EXPECT_EQ(got[i]->tokens.size(), static_cast<size_t>(requests[i].params.budget)) << name;
-        EXPECT_EQ(got[i]->tokens, want->tokens) << name << " seq " << i << " sample " << sample;
-        EXPECT_EQ(got[i]->probs, want->probs) << name << " seq " << i;
-        EXPECT_EQ(got[i]->q, want->q) << name << " seq " << i;
-      }
-      // A sequence whose context disagrees with what the drafter saw fails alone.
-      std::vector<int32_t> wrong = prompts[0];
-      wrong.push_back(5);
-      requests[0].context = wrong;
-      for (int seq = 0; seq < 4; ++seq) {
-        FeedPrompt(batched->get(), seq, prompts[seq]);
-        rngs[seq] = Rng(100 + seq);
-      }
-      got = (*batched)->ProposeBatch(requests);
-      EXPECT_FALSE(got[0].ok());
-      for (size_t i = 1; i < requests.size(); ++i) EXPECT_TRUE(got[i].ok()) << name << " seq " << i;
-    }
-  }
+  for (const auto& [name, spec] : Variants())
+    ExpectBatchedProposalsEqualSingle([&, &name = name] { return Create(name); }, name);
 }
 
 TEST_F(Eagle3, ConcurrentSequencesAndThePromptCacheStayLossless) {
   auto d = Create("own");
   ASSERT_TRUE(d.ok()) << d.status().message();
-  BatchEngineOptions bo;
-  bo.n_parallel = 3;
-  bo.n_ctx = 128;
-  bo.prefill_chunk = 5;  // prompts arrive in chunks, interleaved with other sequences' drafting
-  bo.schedule.n_max = 4;
-  bo.cache_ram_bytes = 16 << 20;
-  BatchEngine engine(*target_.model, *target_.tok, pool_, bo, d->get());
-  auto submit = [&](const std::vector<int32_t>& prompt, int n, GenerateResult* out) {
-    GenerateOptions go;
-    go.max_new_tokens = n;
-    go.ignore_eos = true;
-    ASSERT_TRUE(engine.Submit(prompt, go, nullptr, [out](GenerateResult&& r) { *out = std::move(r); }).ok());
-  };
-  std::vector<GenerateResult> results(5);
-  for (int v = 0; v < 5; ++v) submit(Prompt(v), 16 + v, &results[v]);
-  ASSERT_TRUE(engine.RunUntilIdle().ok());
-  for (int v = 0; v < 5; ++v) {
-    EXPECT_EQ(results[v].ids, ReferenceGreedy(*target_.model, pool_, Prompt(v), 16 + v)) << "request " << v;
-    EXPECT_EQ(results[v].stats.num_fallbacks, 0) << results[v].error;
-    EXPECT_GT(results[v].stats.num_draft_tokens, 0);
-  }
-  // Follow-up turns reuse the cached rows of the target and of the head.
-  std::vector<int32_t> chat = Prompt(3);
-  for (int v = 0; v < 20; ++v) chat.push_back(3 + (v * 7) % 50);
-  for (int turn = 0; turn < 3; ++turn) {
-    GenerateResult r;
-    submit(chat, 12, &r);
-    ASSERT_TRUE(engine.RunUntilIdle().ok());
-    const auto want = ReferenceGreedy(*target_.model, pool_, chat, 12);
-    EXPECT_EQ(r.ids, want) << "turn " << turn;
-    if (turn > 0) EXPECT_GT(r.stats.prompt_cached_tokens, 0) << "turn " << turn;
-    EXPECT_EQ(r.stats.num_fallbacks, 0) << r.error;
-    chat.insert(chat.end(), want.begin(), want.end());
-    chat.insert(chat.end(), {5, 9, static_cast<int32_t>(11 + turn)});
-  }
+  ExpectConcurrentSequencesAndPromptCacheLossless(d->get());
 }
 
 TEST(Eagle3Sampling, SampledChainMatchesPlainSamplingInDistribution) {

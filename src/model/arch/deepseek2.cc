@@ -52,6 +52,13 @@ Result<ModelConfig> ReadDeepseek2(const gguf::File& f) {
   c.head_dim = m.kv_lora_rank + m.rope_dim;
   c.head_dim_v = m.kv_lora_rank;
 
+  // block_count counts the MTP blocks stored after the trunk; the forward pass runs the trunk.
+  DSPARK_ASSIGN_OR_RETURN(c.n_nextn, Dim(f, key("nextn_predict_layers"), 0));
+  if (c.n_nextn >= c.n_layer)
+    return InvalidArgument("model: {}: '{}' = {} leaves no trunk blocks of block_count {}", f.path(),
+                           key("nextn_predict_layers"), c.n_nextn, c.n_layer);
+  c.n_layer -= c.n_nextn;
+
   DSPARK_TRY(ReadMoeHparams(f, a, /*required=*/true, c));
   DSPARK_ASSIGN_OR_RETURN(bool norm, f.GetBoolOr(key("expert_weights_norm"), false));  // llama.cpp's default
   c.moe.norm_weights = norm;

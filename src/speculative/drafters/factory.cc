@@ -1,15 +1,19 @@
 #include "speculative/drafters/factory.h"
 
+#include <filesystem>
+
+#include "model/eagle3_forward.h"
+#include "model/mtp_head.h"
 #include "speculative/drafters/draft_model.h"
 #include "speculative/drafters/dspark_drafter.h"
-#include "speculative/drafters/eagle3_drafter.h"
+#include "speculative/drafters/head_drafter.h"
 #include "speculative/drafters/lookup_first.h"
 #include "speculative/drafters/synthetic.h"
 
 namespace dspark {
 
 std::vector<std::string> DrafterTypes() {
-  return {"none", "draft-simple", "draft-dspark", "draft-dflash", "draft-eagle3", "ngram", "synthetic"};
+  return {"none", "draft-simple", "draft-dspark", "draft-dflash", "draft-eagle3", "draft-mtp", "ngram", "synthetic"};
 }
 
 namespace {
@@ -141,8 +145,22 @@ Result<std::unique_ptr<Drafter>> CreateOne(const DrafterConfig& config, const Mo
   if (config.type == "draft-eagle3") {
     if (config.draft_model.empty()) return InvalidArgument("spec: --spec-type draft-eagle3 needs -md HEAD.gguf");
     DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Eagle3Model> m, LoadEagle3(config, target, target_vocab));
-    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<Eagle3Drafter> d,
-                            Eagle3Drafter::Create(std::move(m), draft_pool, n_ctx, config.max_draft));
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<HeadDrafter> d,
+                            HeadDrafter::Create(std::make_unique<Eagle3Forward>(std::move(m)), draft_pool, n_ctx,
+                                                config.max_draft));
+    d->AdoptPool(std::move(own_pool));
+    return std::unique_ptr<Drafter>(std::move(d));
+  }
+  if (config.type == "draft-mtp") {
+    // The target's own nextn block drafts. llama.cpp takes the model again as -md: accept that.
+    std::error_code ec;
+    if (!config.draft_model.empty() && !std::filesystem::equivalent(config.draft_model, target.file().path(), ec))
+      return InvalidArgument("spec: --spec-type draft-mtp drafts with the target's own multi-token-prediction block; "
+                             "-md {} is not the target ({})",
+                             config.draft_model, target.file().path());
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<MtpHead> head, MtpHead::Create(target));
+    DSPARK_ASSIGN_OR_RETURN(std::unique_ptr<HeadDrafter> d,
+                            HeadDrafter::Create(std::move(head), draft_pool, n_ctx, config.max_draft));
     d->AdoptPool(std::move(own_pool));
     return std::unique_ptr<Drafter>(std::move(d));
   }

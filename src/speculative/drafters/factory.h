@@ -13,8 +13,9 @@
 namespace dspark {
 
 struct DrafterConfig {
-  std::string type = "none";   // none | draft-simple | draft-dspark | draft-dflash | draft-eagle3 | ngram | synthetic
-  std::string draft_model;     // -md, for draft-simple, draft-dspark, draft-dflash and draft-eagle3
+  std::string type = "none";   // none | draft-simple | draft-dspark | draft-dflash | draft-eagle3 | draft-mtp | ngram | synthetic
+  std::string draft_model;     // -md, for draft-simple, draft-dspark, draft-dflash and draft-eagle3 (draft-mtp: none,
+                               // or the target again)
   float p_min = 0.0f;          // draft-dspark: a confidence cut, which needs a confidence head
   int max_draft = 16;
   int n_seq = 1;               // sequences the drafter serves at once (server slots)
