@@ -122,4 +122,17 @@ struct ModelConfig {
   }
 };
 
+// A config holding only the K/V geometry a KvCache needs (draft heads' own caches): n_layer
+// layers of n_head_kv heads of head_dim for keys and values.
+inline ModelConfig KvGeometry(int n_layer, int n_head, int n_head_kv, int head_dim, int n_embd) {
+  ModelConfig m;
+  m.n_layer = n_layer;
+  m.n_head = n_head;
+  m.n_head_kv = n_head_kv;
+  m.head_dim = head_dim;
+  m.head_dim_v = head_dim;
+  m.n_embd = n_embd;
+  return m;
+}
+
 }  // namespace dspark

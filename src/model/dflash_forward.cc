@@ -14,18 +14,6 @@ namespace dspark {
 
 namespace {
 
-// The cache only needs the K/V geometry.
-ModelConfig CacheConfig(const DflashConfig& c) {
-  ModelConfig m;
-  m.n_layer = c.n_layer;
-  m.n_head = c.n_head;
-  m.n_head_kv = c.n_head_kv;
-  m.head_dim = c.head_dim;
-  m.head_dim_v = c.head_dim;
-  m.n_embd = c.n_embd;
-  return m;
-}
-
 void RmsRows(const float* x, const std::vector<float>& w, float eps, int n, int64_t d, float* y) {
   for (int i = 0; i < n; ++i) ops::RmsNorm(x + i * d, w.data(), eps, d, y + i * d);
 }
@@ -40,7 +28,9 @@ void NormRope(const Rope& rope, const float* cos_t, const float* sin_t, const st
 }  // namespace
 
 DflashContext::DflashContext(const DflashModel& model, int n_ctx)
-    : cache_(CacheConfig(model.config()), 1, n_ctx + model.config().block_size + 1, DType::kF32) {}
+    : cache_(KvGeometry(model.config().n_layer, model.config().n_head, model.config().n_head_kv, model.config().head_dim,
+                        model.config().n_embd),
+             1, n_ctx + model.config().block_size + 1, DType::kF32) {}
 
 DflashForward::DflashForward(const DflashModel& model) : model_(model), rope_(model.config().rope) {}
 

@@ -27,14 +27,7 @@ Eagle3Forward::Eagle3Forward(std::unique_ptr<Eagle3Model> model)
 // The cache only needs the K/V geometry: one layer.
 ModelConfig Eagle3Forward::CacheConfig() const {
   const Eagle3Config& c = model_.config();
-  ModelConfig m;
-  m.n_layer = 1;
-  m.n_head = c.n_head;
-  m.n_head_kv = c.n_head_kv;
-  m.head_dim = c.head_dim;
-  m.head_dim_v = c.head_dim;
-  m.n_embd = c.n_embd;
-  return m;
+  return KvGeometry(1, c.n_head, c.n_head_kv, c.head_dim, c.n_embd);
 }
 
 Status Eagle3Forward::Run(std::span<const HeadJob> jobs, ThreadPool& pool) {

@@ -62,11 +62,14 @@ class TapDrafterTest : public ::testing::Test {
     return r.ok() ? std::move(*r) : GenerateResult{};
   }
 
-  // ProposeBatch over four sequences equals Propose one at a time (greedy and sampled: tokens,
-  // probabilities and q), and a sequence whose context disagrees with what the drafter saw fails
-  // alone. `create` makes a fresh drafter.
+  // ProposeBatch over four sequences of different lengths and budgets (budget(seq)) equals Propose
+  // one at a time (greedy and sampled: tokens, survival, probabilities and q; `also` checks more
+  // of each pair), and a sequence whose context disagrees with what the drafter saw fails alone.
+  // `create` makes a fresh drafter.
+  using DraftCheck = std::function<void(const Draft& got, const Draft& alone, int budget)>;
   void ExpectBatchedProposalsEqualSingle(const std::function<Result<std::unique_ptr<Drafter>>()>& create,
-                                         const std::string& what) {
+                                         const std::string& what, const std::function<int(int)>& budget,
+                                         const DraftCheck& also) {
     for (const bool sample : {false, true}) {
       auto alone = create();
       auto batched = create();
@@ -82,21 +85,24 @@ class TapDrafterTest : public ::testing::Test {
         ProposeRequest r;
         r.seq = seq;
         r.context = prompts[seq];
-        r.params.budget = 2 + 3 * seq;
+        r.params.budget = budget(seq);
         if (sample) r.params.sampling.temperature = 0.9f;
         rngs.emplace_back(100 + seq);
         requests.push_back(r);
       }
       for (size_t i = 0; i < requests.size(); ++i) requests[i].rng = &rngs[i];
       std::vector<Result<Draft>> got = (*batched)->ProposeBatch(requests);
+      ASSERT_EQ(got.size(), requests.size());
       for (size_t i = 0; i < requests.size(); ++i) {
         Rng rng(100 + static_cast<uint64_t>(i));
         auto want = (*alone)->Propose(requests[i].seq, requests[i].context, requests[i].params, rng);
         ASSERT_TRUE(want.ok() && got[i].ok()) << what;
-        EXPECT_EQ(got[i]->tokens.size(), static_cast<size_t>(requests[i].params.budget)) << what;
+        EXPECT_FALSE(want->tokens.empty()) << what;
         EXPECT_EQ(got[i]->tokens, want->tokens) << what << " seq " << i << " sample " << sample;
+        EXPECT_EQ(got[i]->survival, want->survival) << what << " seq " << i;
         EXPECT_EQ(got[i]->probs, want->probs) << what << " seq " << i;
         EXPECT_EQ(got[i]->q, want->q) << what << " seq " << i;
+        also(*got[i], *want, requests[i].params.budget);
       }
       std::vector<int32_t> wrong = prompts[0];
       wrong.push_back(5);
@@ -109,6 +115,31 @@ class TapDrafterTest : public ::testing::Test {
       EXPECT_FALSE(got[0].ok()) << what;
       for (size_t i = 1; i < requests.size(); ++i) EXPECT_TRUE(got[i].ok()) << what << " seq " << i;
     }
+  }
+
+  // A head drafter fed `prompt` drafts `want` greedily (6 tokens: the committed rows' pass with
+  // the first token, then one pass per token), and again the same from the same context (the
+  // draft rows were rolled back; the committed rows are not run twice).
+  void ExpectHeadChain(Drafter* d, const std::vector<int32_t>& prompt, const std::vector<int32_t>& want,
+                       const std::string& what) {
+    FeedPrompt(d, 0, prompt);
+    Rng rng(1);
+    DraftParams p;
+    p.budget = 6;
+    auto draft = d->Propose(0, prompt, p, rng);
+    ASSERT_TRUE(draft.ok()) << draft.status().message();
+    EXPECT_EQ(draft->tokens, want) << what;
+    EXPECT_EQ(draft->forward_passes, 6) << what;
+    auto again = d->Propose(0, prompt, p, rng);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->tokens, draft->tokens) << what;
+    EXPECT_EQ(again->forward_passes, 5) << what;
+  }
+
+  // Budgets for drafters that always draft them in full (EAGLE-3, MTP: one head pass per token).
+  static int FullBudgets(int seq) { return 2 + 3 * seq; }
+  static void ExpectFullBudget(const Draft& got, const Draft&, int budget) {
+    EXPECT_EQ(got.tokens.size(), static_cast<size_t>(budget));
   }
 
   // Five requests on three slots of a BatchEngine (prompts arriving in chunks, interleaved with

@@ -341,52 +341,9 @@ TEST_F(DSpark, ConfidenceCutStopsBeforeFirstLowConfidenceSlot) {
 TEST_F(DSpark, BatchedProposalsEqualProposalsOneAtATime) {
   for (const char* name : {"anchor_first", "bonus_d2t", "dflash", "long_block"}) {
     const std::string type = std::string(name) == "dflash" ? "draft-dflash" : "draft-dspark";
-    for (const bool sample : {false, true}) {
-      auto alone = Create(name, type);
-      auto batched = Create(name, type);
-      ASSERT_TRUE(alone.ok() && batched.ok());
-      std::vector<std::vector<int32_t>> prompts;
-      std::vector<ProposeRequest> requests;
-      std::vector<Rng> rngs;
-      for (int variant = 0; variant < 4; ++variant) prompts.push_back(Prompt(variant));
-      rngs.reserve(prompts.size());
-      for (int seq = 0; seq < 4; ++seq) {
-        FeedPrompt(alone->get(), seq, prompts[seq]);
-        FeedPrompt(batched->get(), seq, prompts[seq]);
-        ProposeRequest r;
-        r.seq = seq;
-        r.context = prompts[seq];
-        r.params.budget = 3 + 4 * seq;  // different lengths in one batch
-        if (sample) r.params.sampling.temperature = 0.9f;
-        rngs.emplace_back(100 + seq);
-        requests.push_back(r);
-      }
-      for (size_t i = 0; i < requests.size(); ++i) requests[i].rng = &rngs[i];
-      std::vector<Result<Draft>> got = (*batched)->ProposeBatch(requests);
-      ASSERT_EQ(got.size(), requests.size());
-      for (size_t i = 0; i < requests.size(); ++i) {
-        Rng rng(100 + static_cast<uint64_t>(i));
-        auto want = (*alone)->Propose(requests[i].seq, requests[i].context, requests[i].params, rng);
-        ASSERT_TRUE(want.ok() && got[i].ok()) << name;
-        EXPECT_FALSE(want->tokens.empty()) << name;
-        EXPECT_EQ(got[i]->tokens, want->tokens) << name << " seq " << i << " sample " << sample;
-        EXPECT_EQ(got[i]->survival, want->survival) << name << " seq " << i;
-        EXPECT_EQ(got[i]->probs, want->probs) << name << " seq " << i;
-        EXPECT_EQ(got[i]->q, want->q) << name << " seq " << i;
-        EXPECT_EQ(got[i]->forward_passes, 1);
-      }
-      // A sequence whose context disagrees with what the drafter saw fails alone.
-      std::vector<int32_t> wrong = prompts[0];
-      wrong.push_back(5);
-      requests[0].context = wrong;
-      for (int seq = 0; seq < 4; ++seq) {
-        FeedPrompt(batched->get(), seq, prompts[seq]);
-        rngs[seq] = Rng(100 + seq);
-      }
-      got = (*batched)->ProposeBatch(requests);
-      EXPECT_FALSE(got[0].ok());
-      for (size_t i = 1; i < requests.size(); ++i) EXPECT_TRUE(got[i].ok()) << name << " seq " << i;
-    }
+    ExpectBatchedProposalsEqualSingle(
+        [&] { return Create(name, type); }, name, [](int seq) { return 3 + 4 * seq; },  // different lengths in one batch
+        [](const Draft& got, const Draft&, int) { EXPECT_EQ(got.forward_passes, 1); });
   }
 }
 
@@ -507,11 +464,7 @@ TEST(DSparkSampling, SampledChainMatchesPlainSamplingInDistribution) {
     cfg.draft_model = dpath;
     auto drafter = CreateDrafter(cfg, *target.model, *target.tok, pool, 64);
     ASSERT_TRUE(drafter.ok()) << drafter.status().message();
-    ScheduleOptions so;
-    so.n_max = 2;  // positions 1-3 hold two draft tokens and the bonus token
-    SpeculativeEngine engine(*target.model, *target.tok, pool, 64, drafter->get(), so);
-    for (const SamplingParams base : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 0}, SamplingParams{0.8f, 6, 0.9f, 0.02f, 0}})
-      testing::ExpectSpeculativeSamplingMatchesTarget(*target.model, pool, engine, {1, 5, 9}, base, so.n_max + 3);
+    testing::ExpectDrafterSamplingMatchesTarget(*target.model, *target.tok, pool, drafter->get());
   }
 }
 

@@ -291,19 +291,7 @@ TEST_F(Eagle3, HeadAndChainsMatchTheScalarReference) {
       // The drafter: its greedy chain is the reference's.
       auto d = Create(name);
       ASSERT_TRUE(d.ok()) << d.status().message();
-      FeedPrompt(d->get(), 0, prompt);
-      Rng rng(1);
-      DraftParams p;
-      p.budget = 6;
-      auto draft = (*d)->Propose(0, prompt, p, rng);
-      ASSERT_TRUE(draft.ok()) << draft.status().message();
-      EXPECT_EQ(draft->tokens, ref.Chain(prompt, g, 6)) << "prompt " << variant;
-      EXPECT_EQ(draft->forward_passes, 6);  // the committed rows with the first token, then one per token
-      // Proposing again from the same context drafts the same (the draft rows were rolled back).
-      auto again = (*d)->Propose(0, prompt, p, rng);
-      ASSERT_TRUE(again.ok());
-      EXPECT_EQ(again->tokens, draft->tokens);
-      EXPECT_EQ(again->forward_passes, 5);
+      ExpectHeadChain(d->get(), prompt, ref.Chain(prompt, g, 6), name + " prompt " + std::to_string(variant));
     }
   }
 }
@@ -351,7 +339,8 @@ TEST_F(Eagle3, FileTypeIsDetectedAndCliNameListed) {
 
 TEST_F(Eagle3, BatchedProposalsEqualProposalsOneAtATime) {
   for (const auto& [name, spec] : Variants())
-    ExpectBatchedProposalsEqualSingle([&, &name = name] { return Create(name); }, name);
+    ExpectBatchedProposalsEqualSingle([&, &name = name] { return Create(name); }, name, FullBudgets,
+                                      ExpectFullBudget);
 }
 
 TEST_F(Eagle3, ConcurrentSequencesAndThePromptCacheStayLossless) {
@@ -377,11 +366,7 @@ TEST(Eagle3Sampling, SampledChainMatchesPlainSamplingInDistribution) {
   cfg.draft_model = dpath;
   auto drafter = CreateDrafter(cfg, *target.model, *target.tok, pool, 64);
   ASSERT_TRUE(drafter.ok()) << drafter.status().message();
-  ScheduleOptions so;
-  so.n_max = 2;
-  SpeculativeEngine engine(*target.model, *target.tok, pool, 64, drafter->get(), so);
-  for (const SamplingParams base : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 0}, SamplingParams{0.8f, 6, 0.9f, 0.02f, 0}})
-    testing::ExpectSpeculativeSamplingMatchesTarget(*target.model, pool, engine, {1, 5, 9}, base, so.n_max + 3);
+  testing::ExpectDrafterSamplingMatchesTarget(*target.model, *target.tok, pool, drafter->get());
 }
 
 TEST_F(Eagle3, RefusesMismatchedOrMalformedHeads) {

@@ -77,18 +77,7 @@ TEST_F(Mtp, ChainsAreTheBlocksOwn) {
     const auto prompt = Prompt(variant);
     auto d = Create();
     ASSERT_TRUE(d.ok()) << d.status().message();
-    FeedPrompt(d->get(), 0, prompt);
-    Rng rng(1);
-    DraftParams p;
-    p.budget = 6;
-    auto draft = (*d)->Propose(0, prompt, p, rng);
-    ASSERT_TRUE(draft.ok()) << draft.status().message();
-    EXPECT_EQ(draft->tokens, Chain(prompt, 6)) << "prompt " << variant;
-    EXPECT_EQ(draft->forward_passes, 6);  // the committed rows with the first token, then one per token
-    auto again = (*d)->Propose(0, prompt, p, rng);  // the draft rows were rolled back
-    ASSERT_TRUE(again.ok());
-    EXPECT_EQ(again->tokens, draft->tokens);
-    EXPECT_EQ(again->forward_passes, 5);
+    ExpectHeadChain(d->get(), prompt, Chain(prompt, 6), "prompt " + std::to_string(variant));
     // Three more committed rows arrive (as after a verification): the catch-up pass pairs each
     // with its own token, so the chain is what a fresh start on the longer context drafts.
     std::vector<int32_t> longer = prompt;
@@ -101,6 +90,9 @@ TEST_F(Mtp, ChainsAreTheBlocksOwn) {
     rows.n_embd = d_embd;
     rows.taps.push_back(taps[0].data() + static_cast<size_t>(n0) * d_embd);
     ASSERT_TRUE((*d)->ObserveTaps(0, rows).ok());
+    Rng rng(1);
+    DraftParams p;
+    p.budget = 6;
     auto later = (*d)->Propose(0, longer, p, rng);
     ASSERT_TRUE(later.ok()) << later.status().message();
     EXPECT_EQ(later->tokens, Chain(longer, 6)) << "prompt " << variant << " after three more rows";
@@ -133,7 +125,7 @@ TEST_F(Mtp, GreedyEqualsPlainForEveryPromptAndDraftLength) {
 }
 
 TEST_F(Mtp, BatchedProposalsEqualProposalsOneAtATime) {
-  ExpectBatchedProposalsEqualSingle([&] { return Create(); }, "draft-mtp");
+  ExpectBatchedProposalsEqualSingle([&] { return Create(); }, "draft-mtp", FullBudgets, ExpectFullBudget);
 }
 
 TEST_F(Mtp, ConcurrentSequencesAndThePromptCacheStayLossless) {
@@ -187,11 +179,7 @@ TEST(MtpSampling, SampledChainMatchesPlainSamplingInDistribution) {
   cfg.type = "draft-mtp";
   auto drafter = CreateDrafter(cfg, *target.model, *target.tok, pool, 64);
   ASSERT_TRUE(drafter.ok()) << drafter.status().message();
-  ScheduleOptions so;
-  so.n_max = 2;
-  SpeculativeEngine engine(*target.model, *target.tok, pool, 64, drafter->get(), so);
-  for (const SamplingParams base : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 0}, SamplingParams{0.8f, 6, 0.9f, 0.02f, 0}})
-    testing::ExpectSpeculativeSamplingMatchesTarget(*target.model, pool, engine, {1, 5, 9}, base, so.n_max + 3);
+  testing::ExpectDrafterSamplingMatchesTarget(*target.model, *target.tok, pool, drafter->get());
 }
 
 }  // namespace

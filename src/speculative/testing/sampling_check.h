@@ -176,4 +176,15 @@ inline void ExpectSpeculativeSamplingMatchesTarget(Model& target, ThreadPool& po
   EXPECT_GT(c.stats.num_whole_drafts, 0) << "no bonus token: " << c.Describe();
 }
 
+// The check above for a drafter on a tiny target: two draft tokens per step (positions 1-3 hold
+// them and the bonus token), plain sampling and a truncated, tempered distribution, prompt
+// {1, 5, 9}.
+inline void ExpectDrafterSamplingMatchesTarget(Model& target, const Tokenizer& tok, ThreadPool& pool, Drafter* drafter) {
+  ScheduleOptions so;
+  so.n_max = 2;
+  SpeculativeEngine engine(target, tok, pool, 64, drafter, so);
+  for (const SamplingParams base : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 0}, SamplingParams{0.8f, 6, 0.9f, 0.02f, 0}})
+    ExpectSpeculativeSamplingMatchesTarget(target, pool, engine, {1, 5, 9}, base, so.n_max + 3);
+}
+
 }  // namespace dspark::testing
