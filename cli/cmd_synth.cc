@@ -13,6 +13,7 @@ struct SynthFlags {
   std::string shape, out, vocab, type = "Q8_0";
   uint64_t seed = 1;
   int layers = 0;
+  int nextn = 0;
 };
 
 int RunSynth(const SynthFlags& f) {
@@ -34,6 +35,8 @@ int RunSynth(const SynthFlags& f) {
   spec->seed = f.seed;
   if (f.layers < 0) return Fail(InvalidArgument("synth: --layers {} must be positive", f.layers));
   if (f.layers > 0) spec->n_layer = f.layers;
+  if (f.nextn < 0) return Fail(InvalidArgument("synth: --nextn {} must not be negative", f.nextn));
+  spec->n_nextn = f.nextn;
   std::unique_ptr<gguf::File> vocab;
   if (!f.vocab.empty()) {
     auto v = gguf::File::Open(f.vocab);
@@ -58,6 +61,8 @@ Runner RegisterSynth(CLI::App& app) {
   sub->add_option("--type", f->type, "Weight type: Q8_0, Q4_K, Q4_K_M, Q4_0, Q6_K, F16, ...")->capture_default_str();
   sub->add_option("--seed", f->seed, "Weight seed")->capture_default_str();
   sub->add_option("--layers", f->layers, "Blocks (default: the shape's own; fewer for small test models)");
+  sub->add_option("--nextn", f->nextn,
+                  "Multi-token-prediction blocks after the trunk (deepseek shapes; --spec-type draft-mtp runs them)");
   return [f] { return RunSynth(*f); };
 }
 

@@ -107,6 +107,22 @@ TEST_F(Cli, CompareReportsTheSpeedupAndPrintsTheTextOnce) {
   EXPECT_EQ(r.out, plain.out) << "--compare prints the speculative text once, as plain decoding streams it";
 }
 
+// A DeepSeek-shaped model written with a multi-token-prediction block drafts for itself
+// (--spec-type draft-mtp, no -md), with output identical to plain decoding; a model without the
+// block is refused with the reason.
+TEST_F(Cli, SynthWithNextnDraftsForItselfWithMtp) {
+  const std::string ds = (dir_ / "ds.gguf").string(), plain = (dir_ / "ds_plain.gguf").string();
+  const std::string vocab = " --vocab " + Model();
+  ASSERT_EQ(Dspark("synth deepseek-v3-mini " + ds + " --layers 2 --nextn 1 --type Q8_0" + vocab).exit_code, 0);
+  const CliRun r = Dspark("generate -m " + ds + " -p 'def add(a, b):\n' -n 16 --spec-type draft-mtp --compare -t 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("outputs identical"), std::string::npos) << r.err;
+  ASSERT_EQ(Dspark("synth deepseek-v3-mini " + plain + " --layers 2 --type Q8_0" + vocab).exit_code, 0);
+  const CliRun none = Dspark("generate -m " + plain + " -p 'def' -n 4 --spec-type draft-mtp");
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("nextn_predict_layers"), std::string::npos) << none.err;
+}
+
 TEST_F(Cli, CompareFailsWhenGreedyOutputsDiffer) {
   // A synthetic drafter that gets every other token wrong, verified by a rule that accepts every
   // draft token unchecked: the speculative text differs from plain decoding, and --compare must
