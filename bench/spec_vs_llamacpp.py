@@ -13,6 +13,7 @@ llama.cpp is built outside the repository: LLAMA_SPECULATIVE names its llama-spe
 
     bench/spec_vs_llamacpp.py --prompts 20 --llama-nmax 4,8
     bench/spec_vs_llamacpp.py --target models/ref-target.gguf --methods draft-eagle3 --fixed 4
+    bench/spec_vs_llamacpp.py --target DEEPSEEK.gguf --methods draft-mtp   # a model with an MTP block
 """
 import argparse, json, os, re, subprocess, sys
 
@@ -27,6 +28,9 @@ METHODS = {
                      ["cost=1", "n-max=8"]),
     "draft-eagle3": (f"{ROOT}/build/models/ref-eagle3-1.7b-Q8_0.gguf", f"{ROOT}/models/ref-eagle3.gguf",
                      ["adaptive=1", "n-max=8"]),
+    # The target's own multi-token-prediction block (a deepseek2 --target with nextn_predict_layers):
+    # no draft file in either engine.
+    "draft-mtp": (None, None, ["adaptive=1", "n-max=8"]),
 }
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,7 +59,7 @@ for i, p in enumerate(prompts):
         sweep = ["adaptive=0", f"n-max={a.fixed}"] if a.fixed else METHODS[name][2]
         out = f"/tmp/ds_{i}_{name}"
         subprocess.run([f"{ROOT}/build/bin/dspark", "bench", "--spec", "-m", a.target, "--prompts", pf, "-n", str(a.n),
-                        "--max-prompts", "1", "-t", "2", "-r", "1", "--spec-type", name, "-md", md,
+                        "--max-prompts", "1", "-t", "2", "-r", "1", "--spec-type", name, *(["-md", md] if md else []),
                         *[x for s in sweep for x in ("--sweep", s)], "--out", out], check=True, capture_output=True)
         j = json.load(open(out + ".json"))
         s = j["settings"][0]
@@ -65,9 +69,10 @@ for i, p in enumerate(prompts):
             ps["drafted"], ps["accepted"])
         for nmax in nmaxes:
             extra = ["--spec-draft-p-min", "0"] if a.fixed else []
-            r = subprocess.run([LLAMA, "-m", a.target, "-md", md, "--spec-type", name, "--spec-draft-n-max", str(nmax),
+            r = subprocess.run([LLAMA, "-m", a.target, *(["-md", md] if md else []), "--spec-type", name,
+                                "--spec-draft-n-max", str(nmax),
                                 *extra, "-n", str(a.n), "--temp", "0", "-t", "2", "-td", "2", "-c", "2048",
-                                "-p", p["prompt"]], capture_output=True, text=True)
+                                "-p", p["prompt"]], capture_output=True, text=True, errors="replace")
             log = r.stdout + r.stderr
             d = re.search(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+)\s+seconds", log)
             if r.returncode != 0 or not d:
