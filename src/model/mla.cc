@@ -10,7 +10,7 @@ namespace {
 
 // Per calling thread, reused across passes.
 struct MlaScratch {
-  std::vector<float> qa, q, kv, head_in, head_out, pe, out, tmp, key;
+  std::vector<float> qa, q, head_in, head_out, pe, out, tmp, key;
 };
 
 // Copies columns [col, col + width) of each of n rows (row stride `stride`) into dst [n, width].
@@ -24,8 +24,7 @@ void Scatter(const float* src, int n, int64_t width, int64_t stride, int64_t col
 }  // namespace
 
 void MlaQueries(const ModelConfig& c, const LayerWeights& L, const Rope& rope, const float* h, int n,
-                const float* cos_t, const float* sin_t, int layer, const Batch& batch, const std::vector<int>& cell,
-                KvCache& cache, float* q_out, ThreadPool& pool) {
+                const float* cos_t, const float* sin_t, float* q_out, float* kv, ThreadPool& pool) {
   thread_local MlaScratch s;
   const MlaConfig& m = c.mla;
   const int64_t head_q = m.nope_dim + m.rope_dim;       // a head of the projected query
@@ -56,13 +55,11 @@ void MlaQueries(const ModelConfig& c, const LayerWeights& L, const Rope& rope, c
     Scatter(s.pe.data(), n, m.rope_dim, c.n_head * head_l, hh * head_l + m.kv_lora_rank, q_out);
   }
   // The latent (normed) and the shared RoPE key: the cache's key [latent, k_pe], value [latent].
-  s.kv.resize(static_cast<size_t>(n) * head_l);
-  ops::MatMul(L.wkv_a, h, n, s.kv.data(), pool);
+  ops::MatMul(L.wkv_a, h, n, kv, pool);
   for (int i = 0; i < n; ++i) {
-    float* r = s.kv.data() + static_cast<size_t>(i) * head_l;
+    float* r = kv + static_cast<size_t>(i) * head_l;
     ops::RmsNorm(r, L.kv_a_norm.data(), c.rms_eps, m.kv_lora_rank, r);
     rope.Apply(cos_t + i * half, sin_t + i * half, 1, m.rope_dim, r + m.kv_lora_rank);
-    cache.Write(layer, batch.rows[i].seq, cell[i], r, r);
   }
 }
 

@@ -14,13 +14,12 @@
 
 namespace dspark {
 
-// For n rows of normed activations h [n, n_embd] at layer `layer`: writes the queries q [n,
-// n_head, kv_lora_rank + rope_dim] (each head's q_nope through wk_b, then its roped q_pe) and
-// stores each row's key [latent, roped k_pe] and value [latent] in `cache` at cell[i].
+// For n rows of normed activations h [n, n_embd]: writes the queries q [n, n_head, kv_lora_rank +
+// rope_dim] (each head's q_nope through wk_b, then its roped q_pe) and each row's cache entry kv
+// [n, kv_lora_rank + rope_dim]: the key [latent, roped k_pe], whose latent is also the value.
 // cos_t / sin_t: each row's RoPE tables [n, rope_dim / 2].
 void MlaQueries(const ModelConfig& c, const LayerWeights& layer_weights, const Rope& rope, const float* h, int n,
-                const float* cos_t, const float* sin_t, int layer, const Batch& batch, const std::vector<int>& cell,
-                KvCache& cache, float* q, ThreadPool& pool);
+                const float* cos_t, const float* sin_t, float* q, float* kv, ThreadPool& pool);
 
 // Adds the attention block's output to x [n, n_embd] from attention's latent output att [n, n_head,
 // kv_lora_rank]: each head through its wv_b, then wo.

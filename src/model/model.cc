@@ -120,25 +120,29 @@ uint64_t Model::WeightBytesPerToken() const {
   return total;
 }
 
-Status Model::ValidateBatch(const Batch& batch, const KvCache& cache) const {
+Status Model::ValidateBatch(const Batch& batch, std::span<KvCache* const> caches, std::span<const int> slots) const {
   const int n = batch.size();
   if (n == 0) return InvalidArgument("model: empty batch");
   if (!batch.mask.empty() && batch.mask.size() != static_cast<size_t>(n) * n)
     return InvalidArgument("model: batch mask has {} entries, expected {} x {}", batch.mask.size(), n, n);
-  std::vector<int> added(cache.n_seq(), 0);
+  const int n_seq = static_cast<int>(caches.size());
+  std::vector<int> added(n_seq, 0);
   for (int i = 0; i < n; ++i) {
     const BatchRow& r = batch.rows[i];
-    DSPARK_TRY(cache.CheckSeq(r.seq));
+    if (r.seq < 0 || r.seq >= n_seq)
+      return InvalidArgument("model: sequence {} at batch row {} is outside [0, {})", r.seq, i, n_seq);
+    DSPARK_TRY(caches[r.seq]->CheckSeq(slots[r.seq]));
     if (r.token < 0 || r.token >= config_.n_vocab)
       return InvalidArgument("model: token id {} at batch row {} is outside the vocabulary [0, {})", r.token, i,
                              config_.n_vocab);
     if (r.pos < 0) return InvalidArgument("model: negative position {} at batch row {}", r.pos, i);
     ++added[r.seq];
   }
-  for (int s = 0; s < cache.n_seq(); ++s) {
-    if (cache.Length(s) + added[s] > cache.n_ctx())
+  for (int s = 0; s < n_seq; ++s) {
+    const KvCache& cache = *caches[s];
+    if (cache.Length(slots[s]) + added[s] > cache.n_ctx())
       return OutOfRange("model: context full: sequence {} holds {} tokens, {} more would exceed the context of {}",
-                        s, cache.Length(s), added[s], cache.n_ctx());
+                        s, cache.Length(slots[s]), added[s], cache.n_ctx());
   }
   return Status::Ok();
 }
@@ -294,7 +298,10 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
   for (int t : options.tap_layers)
     if (t < 0 || t > config_.n_layer)
       return InvalidArgument("model: tap layer {} out of range [0, {}]", t, config_.n_layer);
-  return Pass(batch, /*nextn_h=*/nullptr, cache, pool, options);
+  const std::vector<KvCache*> caches(cache.n_seq(), &cache);
+  std::vector<int> slots(cache.n_seq());
+  std::iota(slots.begin(), slots.end(), 0);
+  return Pass(batch, /*nextn_h=*/nullptr, caches, slots, pool, options);
 }
 
 ModelConfig Model::NextnCacheConfig() const {
@@ -304,28 +311,32 @@ ModelConfig Model::NextnCacheConfig() const {
   return c;
 }
 
-Result<ForwardOutput> Model::ForwardNextn(const Batch& batch, const float* h, KvCache& cache,
+Result<ForwardOutput> Model::ForwardNextn(const Batch& batch, const float* h, std::span<KvCache* const> caches,
                                           ThreadPool& pool) const {
   if (config_.n_nextn < 1)
     return InvalidArgument("model: {}: no multi-token-prediction block ({}.nextn_predict_layers is 0)",
-                              file_->path(), config_.arch);
+                           file_->path(), config_.arch);
   if (h == nullptr) return InvalidArgument("model: a nextn pass needs the h of every row");
-  return Pass(batch, h, cache, pool, {});
+  for (const KvCache* c : caches)
+    if (c == nullptr || c->n_seq() != 1) return InvalidArgument("model: a nextn pass takes one-sequence caches");
+  const std::vector<int> slots(caches.size(), 0);
+  return Pass(batch, h, caches, slots, pool, {});
 }
 
-Result<ForwardOutput> Model::Pass(const Batch& batch, const float* nextn_h, KvCache& cache, ThreadPool& pool,
-                                  const ForwardOptions& options) const {
+Result<ForwardOutput> Model::Pass(const Batch& batch, const float* nextn_h, std::span<KvCache* const> caches,
+                                  std::span<const int> slots, ThreadPool& pool, const ForwardOptions& options) const {
   PhaseClock clock(options.profile);
-  DSPARK_TRY(ValidateBatch(batch, cache));
+  DSPARK_TRY(ValidateBatch(batch, caches, slots));
   const ModelConfig& c = config_;
   const int n = batch.size();
 
   // Cell of each row, and the cells each row may attend beyond its sequence's committed prefix.
   std::vector<int> cell(n), prefix(n);
-  std::vector<int> added(cache.n_seq(), 0);
+  const int n_seq = static_cast<int>(caches.size());
+  std::vector<int> added(n_seq, 0);
   for (int i = 0; i < n; ++i) {
     const int s = batch.rows[i].seq;
-    prefix[i] = cache.Length(s);
+    prefix[i] = caches[s]->Length(slots[s]);
     cell[i] = prefix[i] + added[s]++;
   }
   // Cells each row attends: its sequence's committed prefix, then the batch rows it may see.
@@ -390,7 +401,12 @@ Result<ForwardOutput> Model::Pass(const Batch& batch, const float* nextn_h, KvCa
     RmsNormRows(s.x.data(), L.attn_norm, c.rms_eps, n, d, s.h.data(), pool);
     clock.Mark(ForwardProfile::kNorm);
     if (c.mla.enabled()) {
-      MlaQueries(c, L, *rope_, s.h.data(), n, s.cos_t.data(), s.sin_t.data(), il, batch, cell, cache, s.q.data(), pool);
+      MlaQueries(c, L, *rope_, s.h.data(), n, s.cos_t.data(), s.sin_t.data(), s.q.data(), s.k.data(), pool);
+      for (int i = 0; i < n; ++i) {
+        const int seq = batch.rows[i].seq;
+        const float* kv = s.k.data() + static_cast<size_t>(i) * c.kv_dim();  // the latent is key and value
+        caches[seq]->Write(il, slots[seq], cell[i], kv, kv);
+      }
       clock.Mark(ForwardProfile::kQkv);
     } else if (L.wqkv.rows > 0) {
       ops::MatMul(L.wqkv, s.h.data(), n, s.fused.data(), pool);
@@ -421,7 +437,7 @@ Result<ForwardOutput> Model::Pass(const Batch& batch, const float* nextn_h, KvCa
         rope_->Apply(s.cos_t.data() + i * half_rot, s.sin_t.data() + i * half_rot, c.n_head, c.head_dim, q);
         rope_->Apply(s.cos_t.data() + i * half_rot, s.sin_t.data() + i * half_rot, c.n_head_kv, c.head_dim, k);
         const int seq = batch.rows[i].seq;
-        cache.Write(il, seq, cell[i], k, s.v.data() + i * c.v_dim());
+        caches[seq]->Write(il, slots[seq], cell[i], k, s.v.data() + i * c.v_dim());
       }
     });
     }
@@ -435,11 +451,13 @@ Result<ForwardOutput> Model::Pass(const Batch& batch, const float* nextn_h, KvCa
       const int kvh = static_cast<int>(task / n_units);
       const AttentionUnit& u = units[task % n_units];
       const int seq = batch.rows[u.first].seq;
+      const KvCache& cache = *caches[seq];
+      const int slot = slots[seq];
       thread_local std::vector<float> scratch;
       scratch.resize(static_cast<size_t>(ops::AttentionScratch(u.rows * group, u.n, c.head_dim)));
       ops::Attention(s.q.data() + static_cast<size_t>(u.first) * c.q_dim() + static_cast<size_t>(kvh) * group * c.head_dim,
-                     c.q_dim(), u.rows * group, group, c.head_dim, c.head_dim_v, cache.type(), cache.KTiles(il, seq, kvh),
-                     cache.V(il, seq, kvh, 0), c.head_dim_v, u.n, u.shared, u.visible.empty() ? nullptr : u.visible.data(),
+                     c.q_dim(), u.rows * group, group, c.head_dim, c.head_dim_v, cache.type(), cache.KTiles(il, slot, kvh),
+                     cache.V(il, slot, kvh, 0), c.head_dim_v, u.n, u.shared, u.visible.empty() ? nullptr : u.visible.data(),
                      scale, /*sinks=*/nullptr, scratch.data(),
                      s.att.data() + static_cast<size_t>(u.first) * c.n_head * c.head_dim_v +
                          static_cast<size_t>(kvh) * group * c.head_dim_v,
@@ -486,8 +504,8 @@ Result<ForwardOutput> Model::Pass(const Batch& batch, const float* nextn_h, KvCa
   }
   clock.Mark(ForwardProfile::kHead);
   if (options.profile != nullptr) ++options.profile->passes;
-  for (int seq = 0; seq < cache.n_seq(); ++seq)
-    if (added[seq] > 0) cache.Advance(seq, added[seq]);
+  for (int seq = 0; seq < n_seq; ++seq)
+    if (added[seq] > 0) caches[seq]->Advance(slots[seq], added[seq]);
   return out;
 }
 

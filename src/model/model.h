@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,18 +58,26 @@ class Model {
   // DeepSeek's multi-token prediction (config().n_nextn > 0), as llama.cpp's deepseek2 MTP graph:
   // each row runs the first nextn block on [enorm(embedding of its token) ; hnorm(h of the row)]
   // (h: [rows, n_embd], the trunk's normed output at the position before, or the previous step's
-  // `hidden`), its K/V entering `cache` (made with NextnCacheConfig()); rows that ask for logits
-  // get them from the block's head norm and head, and their normed output as `hidden`.
-  Result<ForwardOutput> ForwardNextn(const Batch& batch, const float* h, KvCache& cache, ThreadPool& pool) const;
+  // `hidden`); rows that ask for logits get them from the block's head norm and head, and their
+  // normed output as `hidden`. Batch sequence s keeps its K/V in caches[s], a one-sequence cache
+  // made with NextnCacheConfig(), so that draft contexts of any sequences share one pass.
+  Result<ForwardOutput> ForwardNextn(const Batch& batch, const float* h, std::span<KvCache* const> caches,
+                                     ThreadPool& pool) const;
+  // One sequence's rows (sequence 0) in one cache.
+  Result<ForwardOutput> ForwardNextn(const Batch& batch, const float* h, KvCache& cache, ThreadPool& pool) const {
+    KvCache* one = &cache;
+    return ForwardNextn(batch, h, std::span<KvCache* const>(&one, 1), pool);
+  }
   // The shape of the nextn block's KV cache: one layer of the trunk's.
   ModelConfig NextnCacheConfig() const;
 
  private:
   Model() = default;
   // Forward (nextn_h null: the trunk) and ForwardNextn.
-  Result<ForwardOutput> Pass(const Batch& batch, const float* nextn_h, KvCache& cache, ThreadPool& pool,
-                             const ForwardOptions& options) const;
-  Status ValidateBatch(const Batch& batch, const KvCache& cache) const;
+  Result<ForwardOutput> Pass(const Batch& batch, const float* nextn_h, std::span<KvCache* const> caches,
+                             std::span<const int> slots, ThreadPool& pool, const ForwardOptions& options) const;
+  // caches[s] holds batch sequence s in its sequence slots[s].
+  Status ValidateBatch(const Batch& batch, std::span<KvCache* const> caches, std::span<const int> slots) const;
 
   std::shared_ptr<const gguf::File> file_;
   ModelConfig config_;

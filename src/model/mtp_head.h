@@ -4,8 +4,7 @@
 // last layer's output) at the position before the row's; row 0 pairs the first token with a zero
 // state. A draft row's state is the previous row's normed output.
 //
-// The block runs one sequence per pass (Model::ForwardNextn takes one cache): a batch of jobs
-// costs one pass each.
+// A batch of jobs is one pass: each job's rows attend to its own context's cache.
 #pragma once
 
 #include "model/draft_head.h"
@@ -34,7 +33,10 @@ class MtpHead final : public DraftHead {
   explicit MtpHead(const Model& target) : target_(target) {}
 
   const Model& target_;
+  // Scratch, reused across calls.
   Batch batch_;
+  std::vector<KvCache*> caches_;
+  std::vector<float> h_;
 };
 
 }  // namespace dspark
