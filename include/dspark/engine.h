@@ -20,7 +20,8 @@ struct DrafterOptions {
   // draft-dspark, one without draft-dflash, an eagle3 GGUF draft-eagle3, any other model
   // draft-simple), "draft-simple" (a smaller model with the target's vocabulary), "draft-dspark",
   // "draft-dflash" (block drafters that read the target's hidden states), "draft-eagle3" (an
-  // EAGLE-3 head over three target layers, drafting token by token), "ngram" (prompt lookup).
+  // EAGLE-3 head over three target layers, drafting token by token), "draft-mtp" (a deepseek2
+  // target's own multi-token-prediction block; no `model`), "ngram" (prompt lookup).
   std::string type = "none";
   std::string model;  // the drafter's GGUF, for the model drafters
   // Prompt lookup first: where the last n tokens occurred before, propose what followed (free),
