@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
   legacy.split_kv_b = false;
   legacy.q_lora_rank = 0;
   seeds.emplace_back("deepseek2-kv_b", legacy);
+  SynthSpec mtp = mla;  // a multi-token-prediction block after the trunk
+  mtp.n_nextn = 1;
+  seeds.emplace_back("deepseek2-nextn", mtp);
   for (const auto& [name, spec] : seeds) {
     const Status s = WriteSynthModel(spec, nullptr, dir + "/" + name + ".gguf");
     if (!s.ok()) {
