@@ -1,0 +1,198 @@
+"""Train the DeepSeek-architecture reference model (deepseek2: MLA + mixture of experts with a shared
+expert, DeepSeek-V3 style, and one MTP block) on the train split of the corpus.
+
+Loss per step: trunk cross-entropy + lambda · MTP cross-entropy (the MTP row q reads (x_q, h_{q-1}),
+h the trunk's normed output, h_{-1} = 0, and predicts x_{q+1}, as llama.cpp's draft-mtp runs it;
+deepseek_model.py) + alpha · the sequence-wise balance loss. lambda is --mtp-lambda (DeepSeek-V3:
+0.3) for the first --mtp-lambda-switch of the schedule, then --mtp-lambda-late (0.1). The MTP
+gradient reaches the trunk (as in DeepSeek-V3). Expert balance: DeepSeek-V3's auxiliary-loss-free
+selection bias (exp_probs_b, b_i += --bias-update-rate · sign(mean load - load_i) per MoE block after
+each step; 0 turns it off) plus the small sequence-wise balance loss (--balance-alpha, V3: 1e-4).
+The rate is 1e-2, not V3's 1e-3: V3 trains ~10^5 steps, this run a few thousand, and at 1e-3 a
+40-step smoke run (full model) had half the experts of the deeper blocks idle and one taking ~50% of
+the choices (max_load 7-8 of at most 8); at 1e-2 max_load fell to ~4 within 60 steps, same loss.
+
+Data, schedule, precision and checkpoints as train-target: random train-split windows of --seq-len
+(every --long-every-th step n_ctx long), a cosine schedule over --total-tokens, the batch of step s a
+pure function of (seed, s); ckpt.pt (model with the selection biases, optimizer, RNG, step, tokens)
+every --ckpt-minutes and on SIGTERM/SIGINT (exit status 3), --resume continues exactly. Every
+--eval-every steps: the trunk's validation loss on the whole val split (nats/token and /char) and
+the MTP block's loss, top-1 accuracy and top-1 agreement with the trunk (val.csv).
+losses.csv: step, tokens, loss (trunk CE), mtp_loss, balance, max_load (the busiest expert's share of
+the routed choices over the mean share, worst MoE block), lr, tok/s.
+
+    nice -n 19 /usr/bin/python3 -m dspark_train train-deepseek --resume      # $DSPARK_TRAIN_DIR/deepseek
+    /usr/bin/python3 -m dspark_train export-deepseek
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from . import tokenizer as tok
+from . import trainutil as tu
+from .deepseek_model import Deepseek2, DeepseekConfig
+from .export_deepseek import evaluate
+from .paths import train_dir
+from .train_target import batch_for_step
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=None, help="run directory (default $DSPARK_TRAIN_DIR/deepseek)")
+    ap.add_argument("--resume", action="store_true", help="continue from <out>/ckpt.pt if it exists")
+    ap.add_argument("--total-tokens", type=float, default=24e6, help="length of the cosine schedule")
+    ap.add_argument("--tokens-per-step", type=int, default=4096)
+    ap.add_argument("--seq-len", type=int, default=256, help="sequence length of most steps")
+    ap.add_argument("--long-every", type=int, default=4,
+                    help="every Nth step uses n_ctx-long sequences so all positions are trained (0: never)")
+    tu.add_run_args(ap, lr=1e-3, seed=1234)
+    ap.add_argument("--min-lr", type=float, default=1e-4)
+    ap.add_argument("--warmup-steps", type=int, default=200)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--mtp-lambda", type=float, default=0.3, help="MTP loss weight (DeepSeek-V3: 0.3, then 0.1)")
+    ap.add_argument("--mtp-lambda-late", type=float, default=0.1, help="MTP loss weight after the switch")
+    ap.add_argument("--mtp-lambda-switch", type=float, default=0.7,
+                    help="fraction of the schedule's steps after which --mtp-lambda-late applies")
+    ap.add_argument("--bias-update-rate", type=float, default=1e-2,
+                    help="aux-loss-free balancing: selection-bias step per update (0: off; DeepSeek-V3: 1e-3 over "
+                         "~10^5 steps, ours is 10x for a run of a few thousand steps)")
+    ap.add_argument("--balance-alpha", type=float, default=1e-4, help="weight of the sequence-wise balance loss")
+    ap.add_argument("--eval-every", type=int, default=250, help="steps between validation passes")
+    ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in this run (tests)")
+    ap.add_argument("--config", default=None, help="JSON of DeepseekConfig overrides (tests use a tiny model)")
+    return ap.parse_args(argv)
+
+
+def mtp_lambda(a, step, total_steps):
+    return a.mtp_lambda if step < a.mtp_lambda_switch * total_steps else a.mtp_lambda_late
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    out = train_dir() / "deepseek" if a.out is None else Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev, amp = tu.setup_device(a.threads, a.dtype)
+    tu.seed_all(a.seed)
+
+    cfg = DeepseekConfig(**(json.loads(a.config) if a.config else {}))
+    step, tokens = 0, 0
+    ckpt_path = out / "ckpt.pt"
+    ck = tu.load_checkpoint(ckpt_path) if a.resume else None
+    if ck is not None:
+        cfg = DeepseekConfig(**ck["config"])
+    model = Deepseek2(cfg)
+    if ck is not None:
+        model.load_state_dict(ck["model"])
+    model.to(dev)
+    opt = tu.make_adamw(model, a.lr, a.weight_decay)
+    if ck is not None:
+        opt.load_state_dict(ck["optimizer"])
+        tu.set_rng_state(ck["rng"])
+        step, tokens = ck["step"], ck["tokens"]
+        print(f"resumed from {ckpt_path}: step {step}, {tokens / 1e6:.2f}M tokens", flush=True)
+
+    train, _ = tok.load_cache("train")
+    val, val_chars = tok.load_cache("val")
+    pc = model.param_counts()
+    print(f"model {pc['total'] / 1e6:.2f}M params ({pc['active'] / 1e6:.2f}M active), MTP block "
+          f"{pc['mtp_total'] / 1e6:.2f}M ({pc['mtp_active'] / 1e6:.2f}M active); {cfg}; train {len(train)} tokens; "
+          f"device {dev}, amp {amp}", flush=True)
+
+    total_steps = int(a.total_tokens // a.tokens_per_step)
+    log = tu.CsvLog(out / "losses.csv", ["step", "tokens", "loss", "mtp_loss", "balance", "max_load", "lr",
+                                         "mtp_lambda", "tok_per_s", "seq_len", "time"])
+    vlog = tu.CsvLog(out / "val.csv", ["step", "tokens", "val_nats_per_token", "val_nats_per_char",
+                                       "mtp_val_nats_per_token", "mtp_top1_acc", "mtp_top1_agree", "time"])
+    stop = tu.StopFlag()
+    prog = tu.Progress(total_steps * a.tokens_per_step)
+    last_ckpt = time.time()
+    steps_this_run = 0
+
+    def checkpoint():
+        tu.save_checkpoint(ckpt_path, {
+            "config": cfg.to_dict(), "model": model.state_dict(), "optimizer": opt.state_dict(),
+            "rng": tu.rng_state(), "step": step, "tokens": tokens, "args": vars(a)})
+
+    # On CPU, bf16 runs as a pure-bf16 replica (trainutil.LowPrecisionReplica; the selection-bias
+    # buffers are the master's, float32); on CUDA, autocast.
+    replica = tu.LowPrecisionReplica(model) if (amp is not None and dev.type == "cpu") else None
+    model.train()
+    while step < total_steps and not stop.stop:
+        long = a.long_every > 0 and step % a.long_every == a.long_every - 1
+        T = cfg.n_ctx if long else a.seq_len
+        B = max(1, a.tokens_per_step // T)
+        x = batch_for_step(train, step, a.seed, T, B).to(dev)
+        lr = tu.cosine_lr(step, a.lr, a.min_lr, a.warmup_steps, total_steps)
+        lam = mtp_lambda(a, step, total_steps)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        if replica is not None:
+            replica.pull()
+            logits, mtp_logits, aux = replica.fast(x[:, :-1])
+        else:
+            with tu.autocast(dev, amp):
+                logits, mtp_logits, aux = model(x[:, :-1])
+        y = x[:, 1:].reshape(-1)
+        loss = F.cross_entropy(logits.float().view(-1, cfg.vocab_size), y)
+        total = loss
+        mtp_loss = None
+        if mtp_logits is not None:
+            mtp_loss = F.cross_entropy(mtp_logits.float().view(-1, cfg.vocab_size), y)
+            total = total + lam * mtp_loss
+        if "balance" in aux and a.balance_alpha > 0:
+            total = total + a.balance_alpha * aux["balance"].float()
+        total.backward()
+        if replica is not None:
+            replica.push_grads()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+        opt.step()
+        if "load" in aux:
+            model.update_expert_bias(aux["load"], a.bias_update_rate)
+        step += 1
+        steps_this_run += 1
+        tokens += B * T
+        lv = loss.item()
+        line = prog.update(step, tokens, lv, lr)
+        if step % a.log_every == 0:
+            load = aux["load"].float() if "load" in aux else None
+            max_load = (load.max(1).values / load.mean(1)).max().item() if load is not None else 0.0
+            log.row(step=step, tokens=tokens, loss=f"{lv:.4f}",
+                    mtp_loss=f"{mtp_loss.item():.4f}" if mtp_loss is not None else "",
+                    balance=f"{aux['balance'].item():.4f}" if "balance" in aux else "",
+                    max_load=f"{max_load:.2f}", lr=f"{lr:.3e}", mtp_lambda=lam,
+                    tok_per_s=f"{prog.tok_per_s(tokens):.0f}", seq_len=T, time=int(time.time()))
+            if line:
+                extra = f" mtp {mtp_loss.item():.3f}" if mtp_loss is not None else ""
+                print(f"{line}{extra} max_load {max_load:.2f}", flush=True)
+        if step % a.eval_every == 0 or step == total_steps:
+            if replica is not None:
+                replica.pull()
+                ev = evaluate(replica.fast, val, val_chars, cfg.n_ctx, dev)
+            else:
+                ev = evaluate(model, val, val_chars, cfg.n_ctx, dev, amp)
+            vlog.row(step=step, tokens=tokens, time=int(time.time()),
+                     **{k: f"{ev.get(k, float('nan')):.4f}" for k in
+                        ("val_nats_per_token", "val_nats_per_char", "mtp_val_nats_per_token", "mtp_top1_acc",
+                         "mtp_top1_agree")})
+            print(f"eval step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in ev.items()), flush=True)
+        if time.time() - last_ckpt > a.ckpt_minutes * 60:
+            checkpoint()
+            last_ckpt = time.time()
+        if a.max_steps and steps_this_run >= a.max_steps:
+            break
+    checkpoint()
+    log.close()
+    vlog.close()
+    print(f"checkpoint {ckpt_path}: step {step}, {tokens / 1e6:.2f}M tokens"
+          + (" (stopped by signal)" if stop.stop else ""), flush=True)
+    return tu.EXIT_STOPPED if stop.stop else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
