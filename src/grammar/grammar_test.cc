@@ -244,6 +244,13 @@ TEST(MatcherTest, AmbiguousRecursionEndsAtTheExpansionBudget) {
   EXPECT_GE(full, 20);  // text of ordinary length is accepted
   EXPECT_LT(full, 256);
   EXPECT_LT(accepted(2048), full);  // the budget, not another limit, ends it
+  // The budget leaves room for real documents: JSON nested 100 deep.
+  auto json = MustCompile(JsonObjectGbnf());
+  std::string doc;
+  for (int i = 0; i < 50; ++i) doc += "{\"k\": [";
+  doc += "1";
+  for (int i = 0; i < 50; ++i) doc += "]}";
+  EXPECT_TRUE(Matches(*json, "{\"a\": " + doc + "}"));
   // An unambiguous grammar of the same language takes all of it.
   auto plain = MustCompile("root ::= [a-z]+\n");
   EXPECT_TRUE(Matches(*plain, std::string(256, 'a')));
@@ -519,6 +526,37 @@ TEST(TokenMaskerTest, AgreesWithBruteForce) {
   masker.AllowedTokens(*person, person->Start(), &allowed);
   EXPECT_EQ(allowed[0], 0);  // the empty (special) token is never allowed
   EXPECT_EQ(allowed[static_cast<unsigned char>('{') + 1], 1);
+}
+
+// Found by grammar_fuzz: where a limit refuses a character, the masker must refuse the token too.
+// Here long tokens of an ambiguous recursive grammar hit the expansion budget; a masker that shared
+// work across tokens had allowed them while Accepts refused.
+TEST(TokenMaskerTest, AgreesWithAcceptsWhereALimitBinds) {
+  std::vector<std::string> vocab = {"a", "ab", "false", "items", "abcdefgh", "zzzzzzzzzzzz", "a}", "}}}",
+                                    std::string(24, 'q'), std::string(40, 'x')};
+  TokenMasker masker(vocab);
+  MatchLimits tight;
+  tight.max_expansion = 256;
+  const char* grammars[] = {"root ::= [a-z] root*{0,3}\n", "root ::= [a-z] root*\n",
+                            "root ::= [\"a-}] root*{0,3}\n", "root ::= x*\nx ::= [a-z] | [a-z] [a-z] x?\n"};
+  int refused = 0;
+  for (const char* text : grammars) {
+    for (const MatchLimits& limits : {MatchLimits{}, tight}) {
+      auto parsed = ParseGbnf(text);
+      ASSERT_TRUE(parsed.ok()) << text;
+      auto g = Grammar::FromParsed(*parsed, limits);
+      GrammarState st = g->Start();
+      for (int step = 0; step < 40 && !st.dead(); ++step) {
+        std::vector<uint8_t> fast;
+        masker.AllowedTokens(*g, st, &fast);
+        const std::vector<uint8_t> slow = BruteForce(*g, st, vocab);
+        EXPECT_EQ(fast, slow) << text << " after " << step << " characters";
+        refused += static_cast<int>(std::count(slow.begin(), slow.end(), 0));
+        if (!g->Advance(&st, "a")) break;
+      }
+    }
+  }
+  EXPECT_GT(refused, 0);  // some limit did bind
 }
 
 TEST(TokenMaskerTest, GeneratedDocumentsParseAndFollowTheSchema) {

@@ -130,82 +130,228 @@ bool Grammar::MatchRange(uint32_t pos, uint32_t lo, uint32_t hi) const {
   return covered_to <= hi;
 }
 
-bool Grammar::Expand(std::vector<uint32_t>* stack, std::vector<std::vector<uint32_t>>* out, size_t* budget) const {
-  // Raw (pre-dedup) output bounds: only pathological grammars get near them.
-  if (out->size() > limits_.max_stacks * 64) return false;
-  if (stack->empty() || IsCharElement(stack->back())) {
-    const size_t cost = stack->size() + 1;
-    if (cost > *budget) return false;
-    *budget -= cost;
-    out->push_back(*stack);
+// --- Stack forest -------------------------------------------------------------------------------
+
+// The pushdown stacks of one matching job, hash-consed into a persistent tree (node = top element +
+// parent node), so a stack set is a sorted list of node ids and equal sets get equal set ids.
+// Expanding a node and stepping a set by a code point are memoised. Grammar::Start / Advance and
+// TokenMasker run on this one engine, so the masker allows a token exactly when Accepts takes it.
+//
+// The limits are properties of a node or a set, never of the order in which the work was done (a
+// masker walk shares memo entries across thousands of tokens, Advance starts afresh), so every
+// caller reaches the same verdict. A node's cost is the size of its expansion tree counted as if
+// nothing were shared: an ambiguous recursive grammar ("root ::= [a-z] root*") shows its growth there
+// even when the distinct stacks stay few, and a grammar whose expansion branches at every level
+// cannot make the forest exponential, because building a node stops once its cost passes the budget.
+class Grammar::Forest {
+ public:
+  explicit Forest(const Grammar& g) : g_(g), over_(g.limits_.max_expansion + 1) {
+    expanded_.push_back({{-1}, 1});  // kEmptyExpansion: the empty stack expands to itself
+  }
+
+  // The set of explicit stacks (each bottom first, top a character element).
+  int32_t FromStacks(const std::vector<std::vector<uint32_t>>& stacks) {
+    std::vector<int32_t> set;
+    for (const auto& stack : stacks) {
+      int32_t id = -1;
+      for (uint32_t pos : stack) id = Intern(pos, id);
+      set.push_back(id);
+    }
+    std::sort(set.begin(), set.end());
+    set.erase(std::unique(set.begin(), set.end()), set.end());
+    return InternSet(set);
+  }
+
+  // The set that starts the root rule, or -1 when a limit refuses it.
+  int32_t StartSet() {
+    std::vector<int32_t> out;
+    size_t cost = 0;
+    for (uint32_t i = g_.alt_begin_[g_.root_]; i < g_.alt_begin_[g_.root_ + 1]; ++i) {
+      uint32_t a = g_.alts_[i];
+      if (!Gather(g_.IsRuleEnd(a) ? -1 : Intern(a, -1), &out, &cost)) return -1;
+    }
+    return Finish(&out, cost);
+  }
+
+  // The set after code point cp, or -1 when nothing accepts it (or a limit refuses it).
+  int32_t Step(int32_t set_id, uint32_t cp) {
+    int32_t* memo = nullptr;
+    if (cp < 128) {
+      memo = &ascii_next_[static_cast<size_t>(set_id) * 128 + cp];
+      if (*memo != kUnknown) return *memo;
+    } else {
+      auto it = other_next_.find(Key(set_id, cp));
+      if (it != other_next_.end()) return it->second;
+    }
+    std::vector<int32_t> out;
+    size_t cost = 0;
+    int32_t next = -1;
+    bool ok = true;
+    for (size_t i = 0; i < sets_[set_id].size() && ok; ++i) {
+      int32_t id = sets_[set_id][i];
+      uint32_t end;
+      if (id < 0 || !g_.MatchChar(nodes_[id].pos, cp, &end)) continue;
+      int32_t parent = nodes_[id].parent;
+      ok = Gather(g_.IsRuleEnd(end) ? parent : Intern(end, parent), &out, &cost);
+    }
+    if (ok) next = Finish(&out, cost);
+    if (cp < 128) {
+      ascii_next_[static_cast<size_t>(set_id) * 128 + cp] = next;  // InternSet may have resized
+    } else {
+      other_next_[Key(set_id, cp)] = next;
+    }
+    return next;
+  }
+
+  // Whether some stack of the set can take a code point the partial decoder u can still complete to.
+  bool PartialOk(int32_t set_id, const GrammarState::Utf8& u) {
+    uint64_t key = Key(set_id, (u.cp << 5) | (uint32_t{u.len} << 2) | u.remain);
+    auto [it, inserted] = partial_ok_.try_emplace(key, false);
+    if (!inserted) return it->second;
+    uint32_t lo, hi;
+    PartialRange(u, &lo, &hi);
+    for (int32_t id : sets_[set_id]) {
+      if (id >= 0 && g_.MatchRange(nodes_[id].pos, lo, hi)) return it->second = true;
+    }
+    return false;
+  }
+
+  // Only the empty stack is left: the grammar is complete and nothing more can follow.
+  bool OnlyFinished(int32_t set_id) const { return sets_[set_id].size() == 1 && sets_[set_id][0] < 0; }
+
+  // The set as explicit stacks, bottom first, in node-id order: the empty stack (-1), if any, first.
+  std::vector<std::vector<uint32_t>> Stacks(int32_t set_id) const {
+    std::vector<std::vector<uint32_t>> stacks;
+    for (int32_t id : sets_[set_id]) {
+      std::vector<uint32_t> stack;
+      for (int32_t n = id; n >= 0; n = nodes_[n].parent) stack.push_back(nodes_[n].pos);
+      std::reverse(stack.begin(), stack.end());
+      stacks.push_back(std::move(stack));
+    }
+    return stacks;
+  }
+
+ private:
+  struct Node {
+    uint32_t pos;
+    int32_t parent;  // -1 = bottom
+    uint32_t depth;
+  };
+  // Character-topped stacks (or -1, the empty stack) reachable from one node, sorted and unique,
+  // and the node's cost; cost == over_ means a limit refuses it (tops is then empty).
+  struct Expansion {
+    std::vector<int32_t> tops;
+    size_t cost;
+  };
+
+  static uint64_t Key(int32_t set_id, uint32_t low) {
+    return (uint64_t{static_cast<uint32_t>(set_id)} << 32) | low;
+  }
+
+  int32_t Intern(uint32_t pos, int32_t parent) {
+    uint64_t key = (uint64_t{pos} << 32) | static_cast<uint32_t>(parent + 1);
+    auto [it, inserted] = node_ids_.try_emplace(key, static_cast<int32_t>(nodes_.size()));
+    if (inserted) {
+      nodes_.push_back({pos, parent, parent < 0 ? 1u : nodes_[parent].depth + 1});
+      expand_.push_back(-1);
+    }
+    return it->second;
+  }
+
+  uint32_t Depth(int32_t id) const { return id < 0 ? 0 : nodes_[id].depth; }
+
+  // Index into expanded_ of node id's expansion (kEmptyExpansion for the empty stack).
+  size_t Expand(int32_t id) {
+    if (id < 0) return kEmptyExpansion;
+    if (expand_[id] >= 0) return static_cast<size_t>(expand_[id]);
+    Expansion e{{}, 1};
+    uint32_t pos = nodes_[id].pos;
+    if (g_.IsCharElement(pos)) {
+      e.tops.push_back(id);
+    } else {
+      uint32_t rule = g_.flat_[pos].value;
+      int32_t parent = nodes_[id].parent;
+      int32_t cont = g_.IsRuleEnd(pos + 1) ? parent : Intern(pos + 1, parent);
+      int merged = 0;  // alternatives that contributed stacks: one alone is already sorted and unique
+      for (uint32_t i = g_.alt_begin_[rule]; i < g_.alt_begin_[rule + 1] && e.cost < over_; ++i) {
+        uint32_t a = g_.alts_[i];
+        int32_t child;
+        if (g_.IsRuleEnd(a)) {
+          child = cont;
+        } else if (Depth(cont) + 1 <= g_.limits_.max_stack_depth) {
+          child = Intern(a, cont);
+        } else {
+          continue;  // nesting past max_stack_depth: this way is dropped
+        }
+        const Expansion& sub = expanded_[Expand(child)];
+        e.cost = std::min(over_, e.cost + sub.cost);
+        if (sub.tops.empty()) continue;
+        e.tops.insert(e.tops.end(), sub.tops.begin(), sub.tops.end());
+        ++merged;
+      }
+      if (merged > 1) {
+        std::sort(e.tops.begin(), e.tops.end());
+        e.tops.erase(std::unique(e.tops.begin(), e.tops.end()), e.tops.end());
+      }
+      // More distinct stacks than a set may hold: every set containing this node is refused too.
+      if (e.tops.size() > g_.limits_.max_stacks) e.cost = over_;
+      if (e.cost >= over_) e.tops.clear();
+    }
+    expand_[id] = static_cast<int32_t>(expanded_.size());
+    expanded_.push_back(std::move(e));
+    return expanded_.size() - 1;
+  }
+
+  // Adds node id's expansion to *out and its cost to *cost; false once the budget is spent.
+  bool Gather(int32_t id, std::vector<int32_t>* out, size_t* cost) {
+    const Expansion& e = expanded_[Expand(id)];
+    *cost += e.cost;
+    if (*cost >= over_) return false;
+    out->insert(out->end(), e.tops.begin(), e.tops.end());
     return true;
   }
-  uint32_t pos = stack->back();
-  uint32_t rule = flat_[pos].value;
-  stack->pop_back();
-  bool has_cont = !IsRuleEnd(pos + 1);
-  if (has_cont) stack->push_back(pos + 1);
-  bool ok = true;
-  for (uint32_t i = alt_begin_[rule]; i < alt_begin_[rule + 1] && ok; ++i) {
-    uint32_t a = alts_[i];
-    if (IsRuleEnd(a)) {
-      ok = Expand(stack, out, budget);
-    } else if (stack->size() + 1 <= limits_.max_stack_depth) {
-      stack->push_back(a);
-      ok = Expand(stack, out, budget);
-      stack->pop_back();
+
+  // The set of *out, or -1 when a limit refuses it. Each stack of the set also costs its depth,
+  // what a caller pays to hold it as an explicit stack (GrammarState).
+  int32_t Finish(std::vector<int32_t>* out, size_t cost) {
+    std::sort(out->begin(), out->end());
+    out->erase(std::unique(out->begin(), out->end()), out->end());
+    if (out->empty() || out->size() > g_.limits_.max_stacks) return -1;
+    for (int32_t id : *out) cost += Depth(id) + 1;
+    return cost >= over_ ? -1 : InternSet(*out);
+  }
+
+  int32_t InternSet(const std::vector<int32_t>& set) {
+    std::string key(reinterpret_cast<const char*>(set.data()), set.size() * sizeof(int32_t));
+    auto [it, inserted] = set_ids_.try_emplace(std::move(key), static_cast<int32_t>(sets_.size()));
+    if (inserted) {
+      sets_.push_back(set);
+      ascii_next_.resize(sets_.size() * 128, kUnknown);
     }
+    return it->second;
   }
-  if (has_cont) stack->pop_back();
-  stack->push_back(pos);
-  return ok;
-}
 
-static bool Normalize(std::vector<std::vector<uint32_t>>* stacks, size_t max_stacks) {
-  std::sort(stacks->begin(), stacks->end());
-  stacks->erase(std::unique(stacks->begin(), stacks->end()), stacks->end());
-  return !stacks->empty() && stacks->size() <= max_stacks;
-}
+  static constexpr int32_t kUnknown = -2;
+  static constexpr size_t kEmptyExpansion = 0;
 
-bool Grammar::AcceptCodePoint(std::vector<std::vector<uint32_t>>* stacks, uint32_t cp) const {
-  std::vector<std::vector<uint32_t>> next;
-  std::vector<uint32_t> s;
-  size_t budget = limits_.max_expansion;
-  for (const auto& stack : *stacks) {
-    uint32_t end;
-    if (stack.empty() || !MatchChar(stack.back(), cp, &end)) continue;
-    s.assign(stack.begin(), stack.end() - 1);
-    if (!IsRuleEnd(end)) s.push_back(end);
-    if (!Expand(&s, &next, &budget)) return false;
-  }
-  if (!Normalize(&next, limits_.max_stacks)) return false;
-  *stacks = std::move(next);
-  return true;
-}
-
-bool Grammar::PartialPossible(const std::vector<std::vector<uint32_t>>& stacks,
-                              const GrammarState::Utf8& utf8) const {
-  uint32_t lo, hi;
-  PartialRange(utf8, &lo, &hi);
-  for (const auto& stack : stacks) {
-    if (!stack.empty() && MatchRange(stack.back(), lo, hi)) return true;
-  }
-  return false;
-}
+  const Grammar& g_;
+  const size_t over_;  // the smallest cost a limit refuses
+  std::vector<Node> nodes_;
+  std::unordered_map<uint64_t, int32_t> node_ids_;
+  std::vector<int32_t> expand_;  // node id -> index into expanded_, or -1
+  std::vector<Expansion> expanded_;
+  std::vector<std::vector<int32_t>> sets_;
+  std::unordered_map<std::string, int32_t> set_ids_;
+  std::vector<int32_t> ascii_next_;  // [set * 128 + cp]
+  std::unordered_map<uint64_t, int32_t> other_next_;
+  std::unordered_map<uint64_t, bool> partial_ok_;  // (set, partial decoder) -> can complete
+};
 
 GrammarState Grammar::Start() const {
   GrammarState state;
-  std::vector<uint32_t> s;
-  size_t budget = limits_.max_expansion;
-  for (uint32_t i = alt_begin_[root_]; i < alt_begin_[root_ + 1]; ++i) {
-    s.clear();
-    if (!IsRuleEnd(alts_[i])) s.push_back(alts_[i]);
-    if (!Expand(&s, &state.stacks_, &budget)) {
-      state.stacks_.clear();
-      return state;
-    }
-  }
-  if (!Normalize(&state.stacks_, limits_.max_stacks)) state.stacks_.clear();
+  Forest forest(*this);
+  int32_t set = forest.StartSet();
+  if (set >= 0) state.stacks_ = forest.Stacks(set);
   return state;
 }
 
@@ -216,15 +362,16 @@ bool Grammar::Accepts(const GrammarState& state, std::string_view bytes) const {
 
 bool Grammar::Advance(GrammarState* state, std::string_view bytes) const {
   if (bytes.empty() || state->dead()) return false;
-  std::vector<std::vector<uint32_t>> stacks = state->stacks_;
+  Forest forest(*this);
+  int32_t set = forest.FromStacks(state->stacks_);
   GrammarState::Utf8 u = state->utf8_;
   for (char c : bytes) {
     bool complete;
     if (!StepUtf8(&u, static_cast<uint8_t>(c), &complete)) return false;
-    if (complete && !AcceptCodePoint(&stacks, u.cp)) return false;
+    if (complete && (set = forest.Step(set, u.cp)) < 0) return false;
   }
-  if (u.remain != 0 && !PartialPossible(stacks, u)) return false;
-  state->stacks_ = std::move(stacks);
+  if (u.remain != 0 && !forest.PartialOk(set, u)) return false;
+  state->stacks_ = forest.Stacks(set);
   state->utf8_ = u;
   return true;
 }
@@ -274,131 +421,18 @@ uint32_t TokenMasker::Build(std::vector<uint32_t>& ids, size_t lo, size_t hi, si
   return index;
 }
 
-// One AllowedTokens call. Stacks are hash-consed into a persistent tree (node = top element +
-// parent node), so a stack set is a sorted list of node ids and equal sets get equal set ids.
-// Stepping a set by a code point is memoised per (set, code point); walking the trie then costs
-// about one table lookup per trie node, because most trie nodes revisit a handful of sets.
+// One AllowedTokens call: walking the trie costs about one memoised Forest::Step per trie node,
+// because most trie nodes revisit a handful of stack sets.
 class TokenMasker::Walk {
  public:
-  Walk(const TokenMasker& m, const Grammar& g, uint8_t* allowed)
-      : m_(m), g_(g), allowed_(allowed) {}
+  Walk(const TokenMasker& m, const Grammar& g, uint8_t* allowed) : m_(m), forest_(g), allowed_(allowed) {}
 
   void Run(const GrammarState& state) {
     if (state.dead()) return;
-    std::vector<int32_t> set;
-    for (const auto& stack : state.stacks_) {
-      int32_t id = -1;
-      for (uint32_t pos : stack) id = Intern(pos, id);
-      set.push_back(id);
-    }
-    std::sort(set.begin(), set.end());
-    set.erase(std::unique(set.begin(), set.end()), set.end());
-    Visit(0, InternSet(set), state.utf8_);
+    Visit(0, forest_.FromStacks(state.stacks_), state.utf8_);
   }
 
  private:
-  struct StackNode {
-    uint32_t pos;
-    int32_t parent;  // -1 = bottom
-    uint32_t depth;
-  };
-
-  int32_t Intern(uint32_t pos, int32_t parent) {
-    uint64_t key = (uint64_t{pos} << 32) | static_cast<uint32_t>(parent + 1);
-    auto [it, inserted] = node_ids_.try_emplace(key, static_cast<int32_t>(nodes_.size()));
-    if (inserted) {
-      nodes_.push_back({pos, parent, parent < 0 ? 1u : nodes_[parent].depth + 1});
-      expand_.push_back(-1);
-    }
-    return it->second;
-  }
-
-  uint32_t Depth(int32_t id) const { return id < 0 ? 0 : nodes_[id].depth; }
-
-  // Character-topped stacks (or -1, the empty stack) reachable from stack `id`; sorted, unique.
-  const std::vector<int32_t>& Expand(int32_t id) {
-    if (id < 0) return kEmptyStack;
-    if (expand_[id] >= 0) return expanded_[expand_[id]];
-    std::vector<int32_t> out;
-    uint32_t pos = nodes_[id].pos;
-    if (g_.IsCharElement(pos)) {
-      out.push_back(id);
-    } else {
-      uint32_t rule = g_.flat_[pos].value;
-      int32_t parent = nodes_[id].parent;
-      int32_t cont = g_.IsRuleEnd(pos + 1) ? parent : Intern(pos + 1, parent);
-      for (uint32_t i = g_.alt_begin_[rule]; i < g_.alt_begin_[rule + 1]; ++i) {
-        uint32_t a = g_.alts_[i];
-        if (g_.IsRuleEnd(a)) {
-          const auto& sub = Expand(cont);
-          out.insert(out.end(), sub.begin(), sub.end());
-        } else if (Depth(cont) + 1 <= g_.limits_.max_stack_depth) {
-          const auto& sub = Expand(Intern(a, cont));
-          out.insert(out.end(), sub.begin(), sub.end());
-        }
-      }
-      std::sort(out.begin(), out.end());
-      out.erase(std::unique(out.begin(), out.end()), out.end());
-    }
-    expand_[id] = static_cast<int32_t>(expanded_.size());
-    expanded_.push_back(std::move(out));
-    return expanded_[expand_[id]];
-  }
-
-  int32_t InternSet(const std::vector<int32_t>& set) {
-    std::string key(reinterpret_cast<const char*>(set.data()), set.size() * sizeof(int32_t));
-    auto [it, inserted] = set_ids_.try_emplace(std::move(key), static_cast<int32_t>(sets_.size()));
-    if (inserted) {
-      sets_.push_back(set);
-      ascii_next_.resize(sets_.size() * 128, kUnknown);
-    }
-    return it->second;
-  }
-
-  // The set after code point cp, or -1 when nothing accepts it.
-  int32_t Step(int32_t set_id, uint32_t cp) {
-    int32_t* memo = nullptr;
-    if (cp < 128) {
-      memo = &ascii_next_[static_cast<size_t>(set_id) * 128 + cp];
-      if (*memo != kUnknown) return *memo;
-    } else {
-      auto it = other_next_.find((uint64_t{static_cast<uint32_t>(set_id)} << 32) | cp);
-      if (it != other_next_.end()) return it->second;
-    }
-    std::vector<int32_t> out;
-    for (size_t i = 0; i < sets_[set_id].size(); ++i) {
-      int32_t id = sets_[set_id][i];
-      uint32_t end;
-      if (id < 0 || !g_.MatchChar(nodes_[id].pos, cp, &end)) continue;
-      int32_t parent = nodes_[id].parent;
-      int32_t succ = g_.IsRuleEnd(end) ? parent : Intern(end, parent);
-      const auto& sub = Expand(succ);
-      out.insert(out.end(), sub.begin(), sub.end());
-    }
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
-    int32_t next = (out.empty() || out.size() > g_.limits_.max_stacks) ? -1 : InternSet(out);
-    if (cp < 128) {
-      ascii_next_[static_cast<size_t>(set_id) * 128 + cp] = next;  // InternSet may have resized
-    } else {
-      other_next_[(uint64_t{static_cast<uint32_t>(set_id)} << 32) | cp] = next;
-    }
-    return next;
-  }
-
-  bool PartialOk(int32_t set_id, const GrammarState::Utf8& u) {
-    uint64_t key = (uint64_t{static_cast<uint32_t>(set_id)} << 32) | (u.cp << 5) |
-                   (uint32_t{u.len} << 2) | u.remain;
-    auto [it, inserted] = partial_ok_.try_emplace(key, false);
-    if (!inserted) return it->second;
-    uint32_t lo, hi;
-    PartialRange(u, &lo, &hi);
-    for (int32_t id : sets_[set_id]) {
-      if (id >= 0 && g_.MatchRange(nodes_[id].pos, lo, hi)) return it->second = true;
-    }
-    return false;
-  }
-
   void Visit(uint32_t node_index, int32_t set_id, GrammarState::Utf8 u) {
     const Node& node = m_.nodes_[node_index];
     for (uint32_t e = node.edge_begin; e < node.edge_end; ++e) {
@@ -408,35 +442,22 @@ class TokenMasker::Walk {
       if (!StepUtf8(&v, edge.byte, &complete)) continue;
       int32_t next = set_id;
       if (complete) {
-        next = Step(set_id, v.cp);
+        next = forest_.Step(set_id, v.cp);
         if (next < 0) continue;
-      } else if (!PartialOk(set_id, v)) {
+      } else if (!forest_.PartialOk(set_id, v)) {
         continue;
       }
       const Node& child = m_.nodes_[edge.child];
       for (uint32_t t = child.token_begin; t < child.token_end; ++t) allowed_[m_.token_ids_[t]] = 1;
-      bool only_finished = sets_[next].size() == 1 && sets_[next][0] < 0;
-      if (child.edge_begin != child.edge_end && !(only_finished && v.remain == 0)) {
+      if (child.edge_begin != child.edge_end && !(forest_.OnlyFinished(next) && v.remain == 0)) {
         Visit(edge.child, next, v);
       }
     }
   }
 
-  static constexpr int32_t kUnknown = -2;
-  static inline const std::vector<int32_t> kEmptyStack = {-1};
-
   const TokenMasker& m_;
-  const Grammar& g_;
+  Grammar::Forest forest_;
   uint8_t* allowed_;
-  std::vector<StackNode> nodes_;
-  std::unordered_map<uint64_t, int32_t> node_ids_;
-  std::vector<int32_t> expand_;  // node id -> index into expanded_, or -1
-  std::vector<std::vector<int32_t>> expanded_;
-  std::vector<std::vector<int32_t>> sets_;
-  std::unordered_map<std::string, int32_t> set_ids_;
-  std::vector<int32_t> ascii_next_;  // [set * 128 + cp]
-  std::unordered_map<uint64_t, int32_t> other_next_;
-  std::unordered_map<uint64_t, bool> partial_ok_;  // (set, partial decoder) -> can complete
 };
 
 void TokenMasker::AllowedTokens(const Grammar& grammar, const GrammarState& state,

@@ -22,10 +22,11 @@ struct MatchLimits {
   size_t max_stacks = 1024;
   // Stacks deeper than this are dropped: nesting that deep ("[[[[...") is refused.
   size_t max_stack_depth = 1024;
-  // Stack elements one character's expansion may produce before duplicates merge. An ambiguous
-  // recursive grammar ("root ::= [a-z] root*") makes few distinct stacks out of many deep copies,
-  // so neither bound above sees the work grow; past this the character is a dead end too. JSON
-  // nested 100 deep (arrays and objects) takes 2,000-4,500, and max_stack_depth caps nesting first.
+  // Work one character may cost: the size of its expansion tree, counted as if no stack were
+  // shared, plus the depth of each stack it leaves. An ambiguous recursive grammar
+  // ("root ::= [a-z] root*") makes few distinct stacks out of many ways to reach them, so neither
+  // bound above sees the work grow; past this the character is a dead end too. A JSON document
+  // nested 100 deep costs about a thousand; max_stack_depth caps nesting first.
   size_t max_expansion = 16384;
 };
 
@@ -49,7 +50,8 @@ class GrammarState {
   friend class Grammar;
   friend class TokenMasker;
   // Each stack holds flat element positions, bottom first; the top is always a character element
-  // (an empty stack means the grammar has been completed along that path). Sorted, unique.
+  // (an empty stack means the grammar has been completed along that path). Unique; the empty stack,
+  // if present, first.
   std::vector<std::vector<uint32_t>> stacks_;
   Utf8 utf8_;
 };
@@ -83,12 +85,9 @@ class Grammar {
   bool MatchChar(uint32_t pos, uint32_t cp, uint32_t* end) const;
   // Whether some code point in [lo, hi] matches the class at `pos`.
   bool MatchRange(uint32_t pos, uint32_t lo, uint32_t hi) const;
-  // Pushes every way `stack` (top possibly a rule reference) can reach a character on top.
-  // `budget`: stack elements the expansion may still produce (MatchLimits::max_expansion).
-  bool Expand(std::vector<uint32_t>* stack, std::vector<std::vector<uint32_t>>* out, size_t* budget) const;
-  bool AcceptCodePoint(std::vector<std::vector<uint32_t>>* stacks, uint32_t cp) const;
-  bool PartialPossible(const std::vector<std::vector<uint32_t>>& stacks,
-                       const GrammarState::Utf8& utf8) const;
+  // Hash-consed stacks and memoised steps: the one matching engine behind Start, Advance and
+  // TokenMasker (matcher.cc).
+  class Forest;
 
   std::vector<Element> flat_;         // all rules back to back
   std::vector<uint32_t> alt_begin_;   // alternatives of rule r: alts_[alt_begin_[r]..alt_begin_[r+1])
