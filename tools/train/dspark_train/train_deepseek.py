@@ -27,10 +27,8 @@ the routed choices over the mean share, worst MoE block), lr, tok/s.
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
-import torch
 import torch.nn.functional as F
 
 from . import tokenizer as tok
@@ -108,36 +106,14 @@ def main(argv=None):
                                          "mtp_lambda", "tok_per_s", "seq_len", "time"])
     vlog = tu.CsvLog(out / "val.csv", ["step", "tokens", "val_nats_per_token", "val_nats_per_char",
                                        "mtp_val_nats_per_token", "mtp_top1_acc", "mtp_top1_agree", "time"])
-    stop = tu.StopFlag()
-    prog = tu.Progress(total_steps * a.tokens_per_step)
-    last_ckpt = time.time()
-    steps_this_run = 0
-
-    def checkpoint():
+    def save(step, tokens):
         tu.save_checkpoint(ckpt_path, {
             "config": cfg.to_dict(), "model": model.state_dict(), "optimizer": opt.state_dict(),
             "rng": tu.rng_state(), "step": step, "tokens": tokens, "args": vars(a)})
 
-    # On CPU, bf16 runs as a pure-bf16 replica (trainutil.LowPrecisionReplica; the selection-bias
-    # buffers are the master's, float32); on CUDA, autocast.
-    replica = tu.LowPrecisionReplica(model) if (amp is not None and dev.type == "cpu") else None
-    model.train()
-    while step < total_steps and not stop.stop:
-        long = a.long_every > 0 and step % a.long_every == a.long_every - 1
-        T = cfg.n_ctx if long else a.seq_len
-        B = max(1, a.tokens_per_step // T)
-        x = batch_for_step(train, step, a.seed, T, B).to(dev)
-        lr = tu.cosine_lr(step, a.lr, a.min_lr, a.warmup_steps, total_steps)
+    def step_fn(forward, x, step):
+        logits, mtp_logits, aux = forward(x[:, :-1])
         lam = mtp_lambda(a, step, total_steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.zero_grad(set_to_none=True)
-        if replica is not None:
-            replica.pull()
-            logits, mtp_logits, aux = replica.fast(x[:, :-1])
-        else:
-            with tu.autocast(dev, amp):
-                logits, mtp_logits, aux = model(x[:, :-1])
         y = x[:, 1:].reshape(-1)
         loss = F.cross_entropy(logits.float().view(-1, cfg.vocab_size), y)
         total = loss
@@ -147,52 +123,30 @@ def main(argv=None):
             total = total + lam * mtp_loss
         if "balance" in aux and a.balance_alpha > 0:
             total = total + a.balance_alpha * aux["balance"].float()
-        total.backward()
-        if replica is not None:
-            replica.push_grads()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
-        opt.step()
-        if "load" in aux:
-            model.update_expert_bias(aux["load"], a.bias_update_rate)
-        step += 1
-        steps_this_run += 1
-        tokens += B * T
-        lv = loss.item()
-        line = prog.update(step, tokens, lv, lr)
-        if step % a.log_every == 0:
+
+        def describe():
             load = aux["load"].float() if "load" in aux else None
             max_load = (load.max(1).values / load.mean(1)).max().item() if load is not None else 0.0
-            log.row(step=step, tokens=tokens, loss=f"{lv:.4f}",
-                    mtp_loss=f"{mtp_loss.item():.4f}" if mtp_loss is not None else "",
-                    balance=f"{aux['balance'].item():.4f}" if "balance" in aux else "",
-                    max_load=f"{max_load:.2f}", lr=f"{lr:.3e}", mtp_lambda=lam,
-                    tok_per_s=f"{prog.tok_per_s(tokens):.0f}", seq_len=T, time=int(time.time()))
-            if line:
-                extra = f" mtp {mtp_loss.item():.3f}" if mtp_loss is not None else ""
-                print(f"{line}{extra} max_load {max_load:.2f}", flush=True)
-        if step % a.eval_every == 0 or step == total_steps:
-            if replica is not None:
-                replica.pull()
-                ev = evaluate(replica.fast, val, val_chars, cfg.n_ctx, dev)
-            else:
-                ev = evaluate(model, val, val_chars, cfg.n_ctx, dev, amp)
-            vlog.row(step=step, tokens=tokens, time=int(time.time()),
-                     **{k: f"{ev.get(k, float('nan')):.4f}" for k in
-                        ("val_nats_per_token", "val_nats_per_char", "mtp_val_nats_per_token", "mtp_top1_acc",
-                         "mtp_top1_agree")})
-            print(f"eval step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in ev.items()), flush=True)
-        if time.time() - last_ckpt > a.ckpt_minutes * 60:
-            checkpoint()
-            last_ckpt = time.time()
-        if a.max_steps and steps_this_run >= a.max_steps:
-            break
-    checkpoint()
-    log.close()
-    vlog.close()
-    print(f"checkpoint {ckpt_path}: step {step}, {tokens / 1e6:.2f}M tokens"
-          + (" (stopped by signal)" if stop.stop else ""), flush=True)
-    return tu.EXIT_STOPPED if stop.stop else 0
+            fields = dict(mtp_loss=f"{mtp_loss.item():.4f}" if mtp_loss is not None else "",
+                          balance=f"{aux['balance'].item():.4f}" if "balance" in aux else "",
+                          max_load=f"{max_load:.2f}", mtp_lambda=lam)
+            extra = f" mtp {mtp_loss.item():.3f}" if mtp_loss is not None else ""
+            return fields, f"{extra} max_load {max_load:.2f}"
 
+        # The selection biases follow the load of this step (aux-loss-free balancing).
+        after = (lambda: model.update_expert_bias(aux["load"], a.bias_update_rate)) if "load" in aux else None
+        return loss, total, describe, after
+
+    def eval_fn(m, amp_dtype):
+        ev = evaluate(m, val, val_chars, cfg.n_ctx, dev, amp_dtype)
+        fields = {k: f"{ev.get(k, float('nan')):.4f}" for k in
+                  ("val_nats_per_token", "val_nats_per_char", "mtp_val_nats_per_token", "mtp_top1_acc",
+                   "mtp_top1_agree")}
+        return fields, " ".join(f"{k} {v:.4f}" for k, v in ev.items())
+
+    return tu.run_lm_training(a, model=model, opt=opt, dev=dev, amp=amp, train=train, n_ctx=cfg.n_ctx,
+                              total_steps=total_steps, step=step, tokens=tokens, save=save, where=ckpt_path,
+                              batch_fn=batch_for_step, step_fn=step_fn, eval_fn=eval_fn, log=log, vlog=vlog)
 
 if __name__ == "__main__":
     sys.exit(main())

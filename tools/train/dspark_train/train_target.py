@@ -13,7 +13,6 @@ count from its `dspark.train.tokens` key: the recovery path when the train direc
 import argparse
 import json
 import sys
-import time
 
 import numpy as np
 import torch
@@ -110,73 +109,27 @@ def main(argv=None):
     total_steps = int(a.total_tokens // a.tokens_per_step)
     log = tu.CsvLog(out / "losses.csv", ["step", "tokens", "loss", "lr", "tok_per_s", "seq_len", "time"])
     vlog = tu.CsvLog(out / "val.csv", ["step", "tokens", "val_nats_per_token", "val_nats_per_char", "time"])
-    stop = tu.StopFlag()
-    prog = tu.Progress(total_steps * a.tokens_per_step)
-    last_ckpt = time.time()
-    steps_this_run = 0
-
-    def checkpoint():
+    def save(step, tokens):
         tu.save_checkpoint(ckpt_path, {
             "config": cfg.to_dict(), "model": model.state_dict(), "optimizer": opt.state_dict(),
             "rng": tu.rng_state(), "step": step, "tokens": tokens, "args": vars(a)})
 
-    # On CPU, bf16 runs as a pure-bf16 replica (see trainutil.LowPrecisionReplica); on CUDA, autocast.
-    replica = tu.LowPrecisionReplica(model) if (amp is not None and dev.type == "cpu") else None
-    model.train()
-    while step < total_steps and not stop.stop:
-        long = a.long_every > 0 and step % a.long_every == a.long_every - 1
-        T = cfg.n_ctx if long else a.seq_len
-        B = max(1, a.tokens_per_step // T)
-        x = batch_for_step(train, step, a.seed, T, B).to(dev)
-        lr = tu.cosine_lr(step, a.lr, a.min_lr, a.warmup_steps, total_steps)
-        if rewarm is not None:  # fresh Adam moments: ramp up again instead of jumping to the scheduled lr
-            lr *= min(1.0, (step - rewarm[0] + 1) / rewarm[1])
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.zero_grad(set_to_none=True)
-        if replica is not None:
-            replica.pull()
-            logits = replica.fast(x[:, :-1])
-        else:
-            with tu.autocast(dev, amp):
-                logits = model(x[:, :-1])
+    def step_fn(forward, x, step):
+        logits = forward(x[:, :-1])
         loss = F.cross_entropy(logits.float().view(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
-        loss.backward()
-        if replica is not None:
-            replica.push_grads()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
-        opt.step()
-        step += 1
-        steps_this_run += 1
-        tokens += B * T
-        lv = loss.item()
-        line = prog.update(step, tokens, lv, lr)
-        if step % a.log_every == 0:
-            log.row(step=step, tokens=tokens, loss=f"{lv:.4f}", lr=f"{lr:.3e}",
-                    tok_per_s=f"{prog.tok_per_s(tokens):.0f}", seq_len=T, time=int(time.time()))
-            if line:
-                print(line, flush=True)
-        if step % a.eval_every == 0 or step == total_steps:
-            if replica is not None:
-                replica.pull()
-                vt, vc = evaluate(replica.fast, val, val_chars, dev, None, cfg.n_ctx)
-            else:
-                vt, vc = evaluate(model, val, val_chars, dev, amp, cfg.n_ctx)
-            vlog.row(step=step, tokens=tokens, val_nats_per_token=f"{vt:.4f}", val_nats_per_char=f"{vc:.4f}",
-                     time=int(time.time()))
-            print(f"eval step {step}: val {vt:.4f} nats/token, {vc:.4f} nats/char", flush=True)
-        if time.time() - last_ckpt > a.ckpt_minutes * 60:
-            checkpoint()
-            last_ckpt = time.time()
-        if a.max_steps and steps_this_run >= a.max_steps:
-            break
-    checkpoint()
-    log.close()
-    vlog.close()
-    print(f"checkpoint {ckpt_path}: step {step}, {tokens / 1e6:.2f}M tokens"
-          + (" (stopped by signal)" if stop.stop else ""), flush=True)
-    return tu.EXIT_STOPPED if stop.stop else 0
+        return loss, loss, lambda: ({}, ""), None
 
+    def eval_fn(m, amp_dtype):
+        vt, vc = evaluate(m, val, val_chars, dev, amp_dtype, cfg.n_ctx)
+        return (dict(val_nats_per_token=f"{vt:.4f}", val_nats_per_char=f"{vc:.4f}"),
+                f"val {vt:.4f} nats/token, {vc:.4f} nats/char")
+
+    # Fresh Adam moments after a warm start: ramp up again instead of jumping to the scheduled lr.
+    lr_scale = None if rewarm is None else (lambda s: min(1.0, (s - rewarm[0] + 1) / rewarm[1]))
+    return tu.run_lm_training(a, model=model, opt=opt, dev=dev, amp=amp, train=train, n_ctx=cfg.n_ctx,
+                              total_steps=total_steps, step=step, tokens=tokens, save=save, where=ckpt_path,
+                              batch_fn=batch_for_step, step_fn=step_fn, eval_fn=eval_fn, log=log, vlog=vlog,
+                              lr_scale=lr_scale)
 
 if __name__ == "__main__":
     sys.exit(main())

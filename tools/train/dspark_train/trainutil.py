@@ -240,3 +240,86 @@ class Progress:
         if self.tok0 is None:
             return 0.0
         return (tokens - self.tok0) / max(time.time() - self.t0, 1e-9)
+
+
+def run_lm_training(a, *, model, opt, dev, amp, train, n_ctx, total_steps, step, tokens, save, where, batch_fn,
+                    step_fn, eval_fn, log, vlog, lr_scale=None):
+    """The loop of the language-model trainers (train-target, train-deepseek): the batch of step s from
+    batch_fn(train, s, seed, T, B) (every --long-every-th step n_ctx long), cosine lr (times
+    lr_scale(step) when given), clipped AdamW, a log row every --log-every steps, a validation pass
+    every --eval-every steps and at the end, save(step, tokens) every --ckpt-minutes, at the end and on
+    SIGTERM/SIGINT. On CPU, bf16 runs as a pure-bf16 replica (LowPrecisionReplica); on CUDA, autocast.
+
+    step_fn(forward, x, step) -> (loss, total, describe, after): forward(inputs) runs the model;
+    loss (the logged cross-entropy) and total (what is backpropagated) are tensors; describe() ->
+    (log fields, text after the progress line) is called on log steps only; after() (or None) runs
+    after the optimizer step. eval_fn(model_or_replica, amp) -> (val fields, message).
+    Returns EXIT_STOPPED when a signal ended the run early, else 0."""
+    stop = StopFlag()
+    prog = Progress(total_steps * a.tokens_per_step)
+    last_ckpt = time.time()
+    steps_this_run = 0
+    replica = LowPrecisionReplica(model) if (amp is not None and dev.type == "cpu") else None
+
+    def forward(inputs):
+        if replica is not None:
+            replica.pull()
+            return replica.fast(inputs)
+        with autocast(dev, amp):
+            return model(inputs)
+
+    model.train()
+    while step < total_steps and not stop.stop:
+        long = a.long_every > 0 and step % a.long_every == a.long_every - 1
+        T = n_ctx if long else a.seq_len
+        B = max(1, a.tokens_per_step // T)
+        x = batch_fn(train, step, a.seed, T, B).to(dev)
+        lr = cosine_lr(step, a.lr, a.min_lr, a.warmup_steps, total_steps)
+        if lr_scale is not None:
+            lr *= lr_scale(step)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        loss, total, describe, after = step_fn(forward, x, step)
+        total.backward()
+        if replica is not None:
+            replica.push_grads()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+        opt.step()
+        if after is not None:
+            after()
+        step += 1
+        steps_this_run += 1
+        tokens += B * T
+        lv = loss.item()
+        line = prog.update(step, tokens, lv, lr)
+        if step % a.log_every == 0:
+            fields, suffix = describe()
+            log.row(step=step, tokens=tokens, loss=f"{lv:.4f}", lr=f"{lr:.3e}",
+                    tok_per_s=f"{prog.tok_per_s(tokens):.0f}", seq_len=T, time=int(time.time()), **fields)
+            if line:
+                print(line + suffix, flush=True)
+        if step % a.eval_every == 0 or step == total_steps:
+            if replica is not None:
+                replica.pull()
+                fields, message = eval_fn(replica.fast, None)
+            else:
+                fields, message = eval_fn(model, amp)
+            vlog.row(step=step, tokens=tokens, time=int(time.time()), **fields)
+            print(f"eval step {step}: {message}", flush=True)
+        if time.time() - last_ckpt > a.ckpt_minutes * 60:
+            save(step, tokens)
+            last_ckpt = time.time()
+        if a.max_steps and steps_this_run >= a.max_steps:
+            break
+    return finish_run(save, where, step, tokens, stop, log, vlog)
+
+
+def finish_run(save, where, step, tokens, stop, *logs):
+    """The end of every trainer: the last checkpoint (at `where`), logs closed, and the exit status."""
+    save(step, tokens)
+    for log in logs:
+        log.close()
+    print(f"checkpoint {where}: step {step}, {tokens / 1e6:.2f}M tokens" + (" (stopped by signal)" if stop.stop else ""),
+          flush=True)
+    return EXIT_STOPPED if stop.stop else 0
