@@ -175,10 +175,9 @@ class Grammar::Forest {
 
   // The set after code point cp, or -1 when nothing accepts it (or a limit refuses it).
   int32_t Step(int32_t set_id, uint32_t cp) {
-    int32_t* memo = nullptr;
+    const size_t slot = static_cast<size_t>(set_id) * 128 + cp;  // into ascii_next_ when cp < 128
     if (cp < 128) {
-      memo = &ascii_next_[static_cast<size_t>(set_id) * 128 + cp];
-      if (*memo != kUnknown) return *memo;
+      if (ascii_next_[slot] != kUnknown) return ascii_next_[slot];
     } else {
       auto it = other_next_.find(Key(set_id, cp));
       if (it != other_next_.end()) return it->second;
@@ -196,7 +195,7 @@ class Grammar::Forest {
     }
     if (ok) next = Finish(&out, cost);
     if (cp < 128) {
-      ascii_next_[static_cast<size_t>(set_id) * 128 + cp] = next;  // InternSet may have resized
+      ascii_next_[slot] = next;  // by index: InternSet may have resized the table meanwhile
     } else {
       other_next_[Key(set_id, cp)] = next;
     }
