@@ -10,7 +10,7 @@
 #        processes (libFuzzer's -fork), the corpus growing in build-fuzz/work/TARGET.
 #   scripts/fuzz.sh --campaign [TARGET...]   explore each target in FUZZ_SECONDS (600) chunks on
 #        FUZZ_FORK (2) processes until tests/fuzz/campaign.tsv shows 10 M executions or 2 CPU
-#        hours for it (the bar in tests/fuzz/README.md). That ledger is committed, so a campaign
+#        hours for it since its last finding (the bar in tests/fuzz/README.md). That ledger is committed, so a campaign
 #        resumes across machines; commit it after each session of fuzzing.
 #   scripts/fuzz.sh --ledger        executions and CPU hours per target in the campaign ledger
 # Exploring runs append a line to their ledger (build-fuzz/ledger.tsv outside a campaign).
@@ -22,9 +22,13 @@ CAMPAIGN_LEDGER=tests/fuzz/campaign.tsv
 if [ "${1:-}" = "--ledger" ]; then
   LEDGER=$CAMPAIGN_LEDGER
   [ -f "$LEDGER" ] || { echo "no fuzzing runs recorded in $LEDGER"; exit 0; }
-  awk -F'\t' 'NR > 1 { runs[$3] += $7; cs[$3] += $6; n[$3]++; if ($8 == "finding") bad[$3]++ }
-    END { printf "%-10s %6s %14s %12s %9s\n", "target", "runs", "executions", "CPU hours", "findings"
-          for (t in runs) printf "%-10s %6d %14d %12.2f %9d\n", t, n[t], runs[t], cs[t] / 3600, bad[t] }' "$LEDGER"
+  # "clean" counts the runs after the target's last finding: a fix restarts the clock of the bar.
+  awk -F'\t' 'NR > 1 { t = $3; runs[t] += $7; cs[t] += $6; n[t]++
+                        if ($8 == "finding") { bad[t]++; ce[t] = 0; cc[t] = 0 } else { ce[t] += $7; cc[t] += $6 } }
+    END { printf "%-10s %6s %14s %10s %9s %16s %12s\n", "target", "runs", "executions", "CPU hours",
+                 "findings", "clean executions", "clean hours"
+          for (t in runs) printf "%-10s %6d %14d %10.2f %9d %16d %12.2f\n", t, n[t], runs[t], cs[t] / 3600,
+                                 bad[t], ce[t], cc[t] / 3600 }' "$LEDGER"
   exit 0
 fi
 
@@ -121,8 +125,10 @@ fuzz_target() {  # TARGET: one run; appends to the ledger when exploring; 1 on a
 }
 
 # Executions and core-seconds the ledger holds for TARGET.
+# Executions and CPU seconds of target $1 since its last finding (the bar's clock restarts at a fix).
 ledger_totals() {
-  awk -F'\t' -v t="$1" 'NR > 1 && $3 == t { e += $7; c += $6 } END { printf "%d %d\n", e, c }' "$LEDGER"
+  awk -F'\t' -v t="$1" 'NR > 1 && $3 == t { if ($8 == "finding") { e = 0; c = 0 } else { e += $7; c += $6 } }
+    END { printf "%d %d\n", e, c }' "$LEDGER"
 }
 
 status=0
