@@ -92,17 +92,15 @@ def main(argv=None):
     total_steps = int(a.total_tokens // a.tokens_per_step)
     log = tu.CsvLog(out / "losses.csv", ["step", "tokens", "loss", "kl", "ce", "lr", "tok_per_s", "time"])
     vlog = tu.CsvLog(out / "val.csv", ["step", "tokens", "val_nats_per_token", "val_nats_per_char", "time"])
-    stop = tu.StopFlag()
     prog = tu.Progress(total_steps * a.tokens_per_step)
-    replica = tu.LowPrecisionReplica(model) if (amp is not None and dev.type == "cpu") else None
-    last_ckpt, steps_this_run = time.time(), 0
 
-    def checkpoint():
+    def save(step, tokens):
         tu.save_checkpoint(ckpt_path, {
             "config": cfg.to_dict(), "model": model.state_dict(), "optimizer": opt.state_dict(),
             "rng": tu.rng_state(), "step": step, "tokens": tokens, "args": vars(a)})
 
-    while step < total_steps and not stop.stop:
+    loop = tu.TrainLoop(a, model=model, opt=opt, dev=dev, amp=amp, save=save, where=ckpt_path)
+    while loop.running(step, total_steps):
         rng = np.random.default_rng([a.seed, step, 1])
         weights = None
         if gen is not None and rng.random() < a.gen_frac:
@@ -117,29 +115,17 @@ def main(argv=None):
             B = max(1, a.tokens_per_step // T)
             x = batch_for_step(train, step, a.seed, T, B).to(dev)
         lr = tu.cosine_lr(step, a.lr, a.min_lr, a.warmup_steps, total_steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
         with torch.no_grad(), tu.autocast(dev, amp if dev.type == "cuda" else None):
             t_logp = F.log_softmax(target(x[:, :-1]).float(), -1)
-        opt.zero_grad(set_to_none=True)
-        if replica is not None:
-            replica.pull()
-            logits = replica.fast(x[:, :-1])
-        else:
-            with tu.autocast(dev, amp):
-                logits = model(x[:, :-1])
+        loop.begin(lr)
+        logits = loop.forward(lambda m: m(x[:, :-1]))
         d_logp = F.log_softmax(logits.float(), -1)
         kl_pos = (t_logp.exp() * (t_logp - d_logp)).sum(-1)
         kl = kl_pos.mean() if weights is None else (kl_pos * weights).sum() / weights.sum()
         ce = F.nll_loss(d_logp.view(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
         loss = kl + a.hard_weight * ce
-        loss.backward()
-        if replica is not None:
-            replica.push_grads()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
-        opt.step()
+        loop.update(loss)
         step += 1
-        steps_this_run += 1
         tokens += B * T
         line = prog.update(step, tokens, loss.item(), lr)
         if step % a.log_every == 0:
@@ -153,15 +139,9 @@ def main(argv=None):
             vlog.row(step=step, tokens=tokens, val_nats_per_token=f"{vt:.4f}", val_nats_per_char=f"{vc:.4f}",
                      time=int(time.time()))
             print(f"eval step {step}: val {vt:.4f} nats/token", flush=True)
-        if time.time() - last_ckpt > a.ckpt_minutes * 60:
-            checkpoint()
-            last_ckpt = time.time()
-        if a.max_steps and steps_this_run >= a.max_steps:
+        if loop.end(step, tokens):
             break
-    checkpoint()
-    print(f"checkpoint {ckpt_path}: step {step}, {tokens / 1e6:.2f}M tokens", flush=True)
-    return tu.EXIT_STOPPED if stop.stop else 0
-
+    return loop.finish(step, tokens, log, vlog)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -71,56 +71,37 @@ def main(argv=None):
     cfg, model, opt, step = tu.init_or_resume_drafter(DSpark, DSparkConfig, cfg, a.init, ckpt_path, a.resume, a.lr, dev)
     print(f"dspark drafter {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params {cfg}", flush=True)
     data = Data(a.data, a.seq_len, a.batch, a.seed)
-    replica = tu.LowPrecisionReplica(model) if cpu_bf16 else None
     log = tu.CsvLog(out / "losses.csv", ["step", "loss", "ce", "l1", "bce", "tau_prob", "conf_abs_err",
                                          "accept_at_k", "lr", "time"])
-    stop = tu.StopFlag()
-    last_ckpt, steps_this_run, t0 = time.time(), 0, time.time()
 
-    def checkpoint():
+    def save(step, tokens):
         tu.save_checkpoint(ckpt_path, {"config": cfg.to_dict(), "model": model.state_dict(),
                                        "optimizer": opt.state_dict(), "rng": tu.rng_state(), "step": step,
                                        "args": vars(a), "teacher": a.teacher, "data": a.data})
 
+    loop = tu.TrainLoop(a, model=model, opt=opt, dev=dev, amp=amp, save=save, where=ckpt_path)
+
     warmup = max(1, int(a.warmup_frac * a.steps))
-    while step < a.steps and not stop.stop:
+    while loop.running(step, a.steps):
         lr = tu.cosine_lr(step, a.lr, 0.0, warmup, a.steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
         x, m = data(step)
         x, m = x.to(dev), m.to(dev)
         gen = torch.Generator().manual_seed(a.seed * 1_000_003 + step)
-        opt.zero_grad(set_to_none=True)
-        if replica is not None:
-            replica.pull()
-            loss, met = dspark_forward(replica.fast, target, x, m, a.anchors, gen, a.gamma)
-        else:
-            with tu.autocast(dev, amp):
-                loss, met = dspark_forward(model, target, x, m, a.anchors, gen, a.gamma)
-        loss.backward()
-        if replica is not None:
-            replica.push_grads()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
-        opt.step()
+        loop.begin(lr)
+        loss, met = loop.forward(dspark_forward, target, x, m, a.anchors, gen, a.gamma)
+        loop.update(loss)
         step += 1
-        steps_this_run += 1
         if step % a.log_every == 0 or step == a.steps:
             log.row(step=step, loss=f"{loss.item():.4f}", ce=f"{met['ce']:.4f}", l1=f"{met['l1']:.4f}",
                     bce=f"{met['bce']:.4f}", tau_prob=f"{met['tau_prob']:.3f}",
                     conf_abs_err=f"{met['conf_abs_err']:.3f}", accept_at_k=json.dumps(met["accept_at_k"]),
                     lr=f"{lr:.2e}", time=int(time.time()))
-            rate = steps_this_run / (time.time() - t0)
             print(f"step {step}/{a.steps} loss {loss.item():.3f} ce {met['ce']:.3f} l1 {met['l1']:.3f} "
                   f"tau_prob {met['tau_prob']:.2f} conf_err {met['conf_abs_err']:.3f} "
-                  f"accept@k {met['accept_at_k']} lr {lr:.1e} {rate * 60:.1f} steps/min", flush=True)
-        if time.time() - last_ckpt > a.ckpt_minutes * 60:
-            checkpoint()
-            last_ckpt = time.time()
-        if a.max_steps and steps_this_run >= a.max_steps:
+                  f"accept@k {met['accept_at_k']} lr {lr:.1e} {loop.steps_per_min():.1f} steps/min", flush=True)
+        if loop.end(step):
             break
-    checkpoint()
-    print(f"checkpoint {ckpt_path}: step {step}", flush=True)
-    return tu.EXIT_STOPPED if stop.stop else 0
+    return loop.finish(step, None, log)
 
 
 if __name__ == "__main__":

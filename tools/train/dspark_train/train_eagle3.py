@@ -182,53 +182,34 @@ def main(argv=None):
     cfg, model, opt, step = tu.init_or_resume_drafter(Eagle3, Eagle3Config, cfg, a.init, ckpt_path, a.resume, a.lr, dev)
     print(f"eagle3 drafter {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params {cfg}", flush=True)
     data = Data(a.data, a.seq_len, a.batch, a.seed)
-    replica = tu.LowPrecisionReplica(model) if cpu_bf16 else None
     log = tu.CsvLog(out / "losses.csv", ["step", "loss", "ce_at_k", "kl_at_k", "acc_at_k", "tau_est", "lr", "time"])
-    stop = tu.StopFlag()
-    last_ckpt, steps_this_run, t0 = time.time(), 0, time.time()
 
-    def checkpoint():
+    def save(step, tokens):
         tu.save_checkpoint(ckpt_path, {"config": cfg.to_dict(), "model": model.state_dict(),
                                        "optimizer": opt.state_dict(), "rng": tu.rng_state(), "step": step,
                                        "args": vars(a), "teacher": a.teacher, "data": a.data})
 
+    loop = tu.TrainLoop(a, model=model, opt=opt, dev=dev, amp=amp, save=save, where=ckpt_path)
+
     warmup = max(1, int(a.warmup_frac * a.steps))
-    while step < a.steps and not stop.stop:
+    while loop.running(step, a.steps):
         lr = tu.cosine_lr(step, a.lr, a.lr * a.min_lr_frac, warmup, a.steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
         x, m = data(step)
         x, m = x.to(dev), m.to(dev)
-        opt.zero_grad(set_to_none=True)
+        loop.begin(lr)
         logging = (step + 1) % a.log_every == 0 or step + 1 == a.steps
-        if replica is not None:
-            replica.pull()
-            loss, met = ttt_forward(replica.fast, target, x, m, a.ttt_steps, a.step_decay, logging)
-        else:
-            with tu.autocast(dev, amp):
-                loss, met = ttt_forward(model, target, x, m, a.ttt_steps, a.step_decay, logging)
-        loss.backward()
-        if replica is not None:
-            replica.push_grads()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
-        opt.step()
+        loss, met = loop.forward(ttt_forward, target, x, m, a.ttt_steps, a.step_decay, logging)
+        loop.update(loss)
         step += 1
-        steps_this_run += 1
         if logging:
             log.row(step=step, loss=f"{loss.item():.4f}", ce_at_k=json.dumps(met["ce_at_k"]),
                     kl_at_k=json.dumps(met["kl_at_k"]), acc_at_k=json.dumps(met["acc_at_k"]),
                     tau_est=met["tau_est"], lr=f"{lr:.2e}", time=int(time.time()))
-            rate = steps_this_run / (time.time() - t0)
             print(f"step {step}/{a.steps} loss {loss.item():.3f} kl@k {met['kl_at_k']} acc@k {met['acc_at_k']} "
-                  f"tau_est {met['tau_est']:.2f} lr {lr:.1e} {rate * 60:.1f} steps/min", flush=True)
-        if time.time() - last_ckpt > a.ckpt_minutes * 60:
-            checkpoint()
-            last_ckpt = time.time()
-        if a.max_steps and steps_this_run >= a.max_steps:
+                  f"tau_est {met['tau_est']:.2f} lr {lr:.1e} {loop.steps_per_min():.1f} steps/min", flush=True)
+        if loop.end(step):
             break
-    checkpoint()
-    print(f"checkpoint {ckpt_path}: step {step}", flush=True)
-    return tu.EXIT_STOPPED if stop.stop else 0
+    return loop.finish(step, None, log)
 
 
 if __name__ == "__main__":

@@ -242,34 +242,89 @@ class Progress:
         return (tokens - self.tok0) / max(time.time() - self.t0, 1e-9)
 
 
+class TrainLoop:
+    """What the loop of every trainer shares: SIGTERM/SIGINT become a flag (the run checkpoints and
+    exits with EXIT_STOPPED), the forward runs on a pure-bf16 replica on CPU (LowPrecisionReplica) or
+    under autocast on CUDA, the update is a clipped optimizer step at the step's learning rate, and
+    save(step, tokens) runs every --ckpt-minutes and at the end; --max-steps bounds one run.
+
+        loop = TrainLoop(a, model=..., opt=..., dev=..., amp=..., save=..., where=ckpt_path)
+        while loop.running(step, total_steps):
+            loop.begin(lr)
+            loss = loop.forward(fn, *args)   # fn(module, *args)
+            loop.update(loss)
+            step += 1 ... logging ...
+            if loop.end(step, tokens):
+                break
+        return loop.finish(step, tokens, *logs)"""
+
+    def __init__(self, a, *, model, opt, dev, amp, save, where):
+        self.a, self.model, self.opt, self.dev, self.amp = a, model, opt, dev, amp
+        self.save, self.where = save, where
+        self.stop = StopFlag()
+        self.replica = LowPrecisionReplica(model) if (amp is not None and dev.type == "cpu") else None
+        self.t0 = self.last_ckpt = time.time()
+        self.steps_this_run = 0
+
+    def running(self, step, total_steps):
+        return step < total_steps and not self.stop.stop
+
+    def begin(self, lr):
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.opt.zero_grad(set_to_none=True)
+
+    def forward(self, fn, *args):
+        """fn(module, *args) on the bf16 replica (freshly copied from the master) or on the model under
+        autocast."""
+        if self.replica is not None:
+            self.replica.pull()
+            return fn(self.replica.fast, *args)
+        with autocast(self.dev, self.amp):
+            return fn(self.model, *args)
+
+    def update(self, total):
+        total.backward()
+        if self.replica is not None:
+            self.replica.push_grads()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.a.grad_clip)
+        self.opt.step()
+
+    def end(self, step, tokens=None):
+        """After each step: the periodic checkpoint; True once this run has done its --max-steps."""
+        self.steps_this_run += 1
+        if time.time() - self.last_ckpt > self.a.ckpt_minutes * 60:
+            self.save(step, tokens)
+            self.last_ckpt = time.time()
+        return bool(self.a.max_steps) and self.steps_this_run >= self.a.max_steps
+
+    def steps_per_min(self):
+        return self.steps_this_run * 60 / max(time.time() - self.t0, 1e-9)
+
+    def finish(self, step, tokens, *logs):
+        return finish_run(self.save, self.where, step, tokens, self.stop, *logs)
+
+
 def run_lm_training(a, *, model, opt, dev, amp, train, n_ctx, total_steps, step, tokens, save, where, batch_fn,
                     step_fn, eval_fn, log, vlog, lr_scale=None):
     """The loop of the language-model trainers (train-target, train-deepseek): the batch of step s from
     batch_fn(train, s, seed, T, B) (every --long-every-th step n_ctx long), cosine lr (times
-    lr_scale(step) when given), clipped AdamW, a log row every --log-every steps, a validation pass
-    every --eval-every steps and at the end, save(step, tokens) every --ckpt-minutes, at the end and on
-    SIGTERM/SIGINT. On CPU, bf16 runs as a pure-bf16 replica (LowPrecisionReplica); on CUDA, autocast.
+    lr_scale(step) when given), a log row every --log-every steps, a validation pass every
+    --eval-every steps and at the end, and the rest of TrainLoop.
 
     step_fn(forward, x, step) -> (loss, total, describe, after): forward(inputs) runs the model;
     loss (the logged cross-entropy) and total (what is backpropagated) are tensors; describe() ->
     (log fields, text after the progress line) is called on log steps only; after() (or None) runs
     after the optimizer step. eval_fn(model_or_replica, amp) -> (val fields, message).
     Returns EXIT_STOPPED when a signal ended the run early, else 0."""
-    stop = StopFlag()
+    loop = TrainLoop(a, model=model, opt=opt, dev=dev, amp=amp, save=save, where=where)
     prog = Progress(total_steps * a.tokens_per_step)
-    last_ckpt = time.time()
-    steps_this_run = 0
-    replica = LowPrecisionReplica(model) if (amp is not None and dev.type == "cpu") else None
 
     def forward(inputs):
-        if replica is not None:
-            replica.pull()
-            return replica.fast(inputs)
-        with autocast(dev, amp):
-            return model(inputs)
+        return loop.forward(lambda m: m(inputs))
 
     model.train()
-    while step < total_steps and not stop.stop:
+    while loop.running(step, total_steps):
         long = a.long_every > 0 and step % a.long_every == a.long_every - 1
         T = n_ctx if long else a.seq_len
         B = max(1, a.tokens_per_step // T)
@@ -277,19 +332,12 @@ def run_lm_training(a, *, model, opt, dev, amp, train, n_ctx, total_steps, step,
         lr = cosine_lr(step, a.lr, a.min_lr, a.warmup_steps, total_steps)
         if lr_scale is not None:
             lr *= lr_scale(step)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.zero_grad(set_to_none=True)
+        loop.begin(lr)
         loss, total, describe, after = step_fn(forward, x, step)
-        total.backward()
-        if replica is not None:
-            replica.push_grads()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
-        opt.step()
+        loop.update(total)
         if after is not None:
             after()
         step += 1
-        steps_this_run += 1
         tokens += B * T
         lv = loss.item()
         line = prog.update(step, tokens, lv, lr)
@@ -300,26 +348,24 @@ def run_lm_training(a, *, model, opt, dev, amp, train, n_ctx, total_steps, step,
             if line:
                 print(line + suffix, flush=True)
         if step % a.eval_every == 0 or step == total_steps:
-            if replica is not None:
-                replica.pull()
-                fields, message = eval_fn(replica.fast, None)
+            if loop.replica is not None:
+                loop.replica.pull()
+                fields, message = eval_fn(loop.replica.fast, None)
             else:
                 fields, message = eval_fn(model, amp)
             vlog.row(step=step, tokens=tokens, time=int(time.time()), **fields)
             print(f"eval step {step}: {message}", flush=True)
-        if time.time() - last_ckpt > a.ckpt_minutes * 60:
-            save(step, tokens)
-            last_ckpt = time.time()
-        if a.max_steps and steps_this_run >= a.max_steps:
+        if loop.end(step, tokens):
             break
-    return finish_run(save, where, step, tokens, stop, log, vlog)
+    return loop.finish(step, tokens, log, vlog)
 
 
 def finish_run(save, where, step, tokens, stop, *logs):
-    """The end of every trainer: the last checkpoint (at `where`), logs closed, and the exit status."""
+    """The end of every trainer: the last checkpoint (at `where`), logs closed, and the exit status.
+    tokens is None for trainers that count steps only."""
     save(step, tokens)
     for log in logs:
         log.close()
-    print(f"checkpoint {where}: step {step}, {tokens / 1e6:.2f}M tokens" + (" (stopped by signal)" if stop.stop else ""),
-          flush=True)
+    seen = f", {tokens / 1e6:.2f}M tokens" if tokens is not None else ""
+    print(f"checkpoint {where}: step {step}{seen}" + (" (stopped by signal)" if stop.stop else ""), flush=True)
     return EXIT_STOPPED if stop.stop else 0

@@ -5,7 +5,6 @@ resume, the exporter's command.
 
     cd tools/train && /usr/bin/python3 -m pytest tests/test_deepseek.py
 """
-import csv
 import json
 import os
 import tempfile
@@ -20,6 +19,8 @@ from dspark_train import gguf_writer as gw
 from dspark_train import ref_forward as rf
 from dspark_train.deepseek_model import Deepseek2, DeepseekConfig, MoE
 from dspark_train.paths import TARGET_GGUF
+
+from .runs import assert_resume_is_exact
 
 TINY = dict(n_layer=3, n_embd=32, n_head=2, q_lora_rank=16, kv_lora_rank=24, qk_nope_dim=8, qk_rope_dim=8,
             v_head_dim=12, n_ff=48, n_dense_lead=1, n_expert=4, n_expert_used=2, n_expert_shared=1, n_ff_exp=16,
@@ -288,16 +289,7 @@ class TestDeepseekTraining(unittest.TestCase):
                   "--log-every", "1", "--total-tokens", "4000", "--dtype", "fp32", "--long-every", "3",
                   "--bias-update-rate", "0.01", "--mtp-lambda-switch", "0.1"]
         with tempfile.TemporaryDirectory() as d:
-            train_deepseek.main(common + ["--out", f"{d}/a", "--max-steps", "6"])
-            train_deepseek.main(common + ["--out", f"{d}/b", "--max-steps", "3"])
-            train_deepseek.main(common + ["--out", f"{d}/b", "--max-steps", "3", "--resume"])
-
-            def rows(run):
-                with open(f"{d}/{run}/losses.csv") as f:
-                    return [{k: v for k, v in r.items() if k not in ("time", "tok_per_s")} for r in csv.DictReader(f)]
-            a, b = rows("a"), rows("b")
-            self.assertEqual(len(a), 6)
-            self.assertEqual(a, b)
+            a = assert_resume_is_exact(self, train_deepseek.main, common, d)
             self.assertEqual([r["mtp_lambda"] for r in a], ["0.3"] * 4 + ["0.1"] * 2)
             ck = torch.load(f"{d}/b/ckpt.pt")
             self.assertTrue(any(float(v.abs().sum()) > 0 for k, v in ck["model"].items() if k.endswith("exp_probs_b")))

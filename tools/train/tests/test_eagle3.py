@@ -3,7 +3,6 @@ layout, and the numpy reference forward of the file against the PyTorch model.
 
     cd tools/train && /usr/bin/python3 -m pytest tests/test_eagle3.py
 """
-import csv
 import json
 import os
 import tempfile
@@ -22,6 +21,8 @@ from dspark_train import tokenizer as tok
 from dspark_train import train_eagle3
 from dspark_train.eagle3_model import Eagle3, Eagle3Cache, Eagle3Config, rope_norm
 from dspark_train.model import Qwen3, Qwen3Config, rope_tables
+
+from .runs import assert_resume_is_exact, tiny_teacher
 
 TINY_T = Qwen3Config(n_layer=4, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=48, n_ctx=64)
 # target_layers 4 = the target's final pre-norm state (llama.cpp taps it through the nextn output)
@@ -104,23 +105,11 @@ class TestTrainingTimeTest(unittest.TestCase):
 
 class TestEagle3Resume(unittest.TestCase):
     def test_eagle3_resume_is_exact(self):
-        from dspark_train import train_target
-        cfg = json.dumps(dict(n_layer=4, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=32, n_ctx=64))
         with tempfile.TemporaryDirectory() as d:
-            train_target.main(["--config", cfg, "--seq-len", "32", "--tokens-per-step", "128", "--eval-every", "1000",
-                               "--total-tokens", "1000", "--dtype", "fp32", "--out", f"{d}/t", "--max-steps", "1"])
-            common = ["--teacher", f"{d}/t/ckpt.pt", "--seq-len", "24", "--batch", "2", "--ttt-steps", "3",
+            common = ["--teacher", tiny_teacher(d), "--seq-len", "24", "--batch", "2", "--ttt-steps", "3",
                       "--n-head", "2", "--n-head-kv", "1", "--head-dim", "16", "--n-ff", "32",
                       "--target-layers", "1,2,4", "--steps", "6", "--log-every", "1", "--dtype", "fp32"]
-            train_eagle3.main(common + ["--out", f"{d}/a"])
-            train_eagle3.main(common + ["--out", f"{d}/b", "--max-steps", "3"])
-            train_eagle3.main(common + ["--out", f"{d}/b", "--resume"])
-
-            def losses(run):
-                with open(f"{d}/{run}/losses.csv") as f:
-                    return [r["loss"] for r in csv.DictReader(f)]
-            self.assertEqual(len(losses("a")), 6)
-            self.assertEqual(losses("a"), losses("b"))
+            assert_resume_is_exact(self, train_eagle3.main, common, d)
 
 
 def f16_state(head):

@@ -2,7 +2,6 @@
 
     cd tools/train && /usr/bin/python3 -m pytest tests    # (make test runs them: ctest -L python)
 """
-import csv
 import json
 import os
 import tempfile
@@ -19,26 +18,39 @@ from dspark_train import tokenizer as tok
 from dspark_train.dspark_model import DSpark, DSparkConfig
 from dspark_train.model import Qwen3, Qwen3Config
 
+from .runs import assert_resume_is_exact, tiny_teacher
+
 TINY_T = Qwen3Config(n_layer=4, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=48, n_ctx=64)
 TINY_D = DSparkConfig(n_layer=2, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=48, n_ctx=64,
                       target_layer_ids=[0, 1, 2], block_size=4, markov_rank=8)
 
 
 class TestResume(unittest.TestCase):
-    def test_resume_is_exact(self):
+    # Each trainer's run restores model, optimizer (on the parameters' device) and RNG.
+    def test_target_resume_is_exact(self):
         from dspark_train import train_target
         cfg = json.dumps(dict(n_layer=1, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=32, n_ctx=64))
         common = ["--config", cfg, "--seq-len", "32", "--tokens-per-step", "128", "--eval-every", "1000",
                   "--log-every", "1", "--total-tokens", "4000", "--dtype", "fp32", "--long-every", "3"]
         with tempfile.TemporaryDirectory() as d:
-            train_target.main(common + ["--out", f"{d}/a", "--max-steps", "6"])
-            train_target.main(common + ["--out", f"{d}/b", "--max-steps", "3"])
-            train_target.main(common + ["--out", f"{d}/b", "--max-steps", "3", "--resume"])
+            assert_resume_is_exact(self, train_target.main, common, d)
 
-            def losses(run):
-                with open(f"{d}/{run}/losses.csv") as f:
-                    return [r["loss"] for r in csv.DictReader(f)]
-            self.assertEqual(losses("a"), losses("b"))
+    def test_draft_model_resume_is_exact(self):
+        from dspark_train import train_draft
+        cfg = json.dumps(dict(n_layer=1, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=32, n_ctx=64))
+        with tempfile.TemporaryDirectory() as d:
+            common = ["--teacher", tiny_teacher(d), "--config", cfg, "--seq-len", "32", "--tokens-per-step", "128",
+                      "--eval-every", "4", "--log-every", "1", "--total-tokens", "4000", "--dtype", "fp32",
+                      "--long-every", "3"]
+            assert_resume_is_exact(self, train_draft.main, common, d)
+
+    def test_dspark_resume_is_exact(self):
+        from dspark_train import train_dspark
+        with tempfile.TemporaryDirectory() as d:
+            common = ["--teacher", tiny_teacher(d), "--seq-len", "24", "--batch", "2", "--anchors", "4",
+                      "--n-layer", "1", "--block-size", "4", "--markov-rank", "8", "--target-layers", "0,1,2",
+                      "--steps", "6", "--log-every", "1", "--dtype", "fp32"]
+            assert_resume_is_exact(self, train_dspark.main, common, d)
 
 
 class TestGrowDraft(unittest.TestCase):
@@ -56,30 +68,6 @@ class TestGrowDraft(unittest.TestCase):
         # The new layers are live: their zeroed projections get gradients.
         big(x).logsumexp(-1).sum().backward()
         self.assertGreater(float(big.blocks[-1].attn.wo.weight.grad.abs().sum()), 0)
-
-
-class TestDSparkResume(unittest.TestCase):
-    def test_dspark_resume_is_exact(self):
-        # The drafter's run restores model, optimizer (on the parameters' device) and RNG: 3 + 3
-        # resumed steps log the same losses as 6 in one go.
-        from dspark_train import train_dspark
-        from dspark_train import train_target
-        cfg = json.dumps(dict(n_layer=4, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=32, n_ctx=64))
-        with tempfile.TemporaryDirectory() as d:
-            train_target.main(["--config", cfg, "--seq-len", "32", "--tokens-per-step", "128", "--eval-every", "1000",
-                               "--total-tokens", "1000", "--dtype", "fp32", "--out", f"{d}/t", "--max-steps", "1"])
-            common = ["--teacher", f"{d}/t/ckpt.pt", "--seq-len", "24", "--batch", "2", "--anchors", "4",
-                      "--n-layer", "1", "--block-size", "4", "--markov-rank", "8", "--target-layers", "0,1,2",
-                      "--steps", "6", "--log-every", "1", "--dtype", "fp32"]
-            train_dspark.main(common + ["--out", f"{d}/a"])
-            train_dspark.main(common + ["--out", f"{d}/b", "--max-steps", "3"])
-            train_dspark.main(common + ["--out", f"{d}/b", "--resume"])
-
-            def losses(run):
-                with open(f"{d}/{run}/losses.csv") as f:
-                    return [r["loss"] for r in csv.DictReader(f)]
-            self.assertEqual(len(losses("a")), 6)
-            self.assertEqual(losses("a"), losses("b"))
 
 
 class TestDSpark(unittest.TestCase):
