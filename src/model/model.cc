@@ -298,8 +298,11 @@ Result<ForwardOutput> Model::Forward(const Batch& batch, KvCache& cache, ThreadP
   for (int t : options.tap_layers)
     if (t < 0 || t > config_.n_layer)
       return InvalidArgument("model: tap layer {} out of range [0, {}]", t, config_.n_layer);
-  const std::vector<KvCache*> caches(cache.n_seq(), &cache);
-  std::vector<int> slots(cache.n_seq());
+  // Every sequence in the one cache: slot s of `cache` (kept per thread, a pass allocates nothing here).
+  thread_local std::vector<KvCache*> caches;
+  thread_local std::vector<int> slots;
+  caches.assign(cache.n_seq(), &cache);
+  slots.resize(cache.n_seq());
   std::iota(slots.begin(), slots.end(), 0);
   return Pass(batch, /*nextn_h=*/nullptr, caches, slots, pool, options);
 }

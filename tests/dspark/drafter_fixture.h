@@ -175,7 +175,9 @@ class TapDrafterTest : public ::testing::Test {
       ASSERT_TRUE(engine.RunUntilIdle().ok());
       const auto want = ReferenceGreedy(*target_.model, pool_, chat, 12);
       EXPECT_EQ(r.ids, want) << "turn " << turn;
-      if (turn > 0) EXPECT_GT(r.stats.prompt_cached_tokens, 0) << "turn " << turn;
+      if (turn > 0) {
+        EXPECT_GT(r.stats.prompt_cached_tokens, 0) << "turn " << turn;
+      }
       EXPECT_EQ(r.stats.num_fallbacks, 0) << r.error;
       chat.insert(chat.end(), want.begin(), want.end());
       chat.insert(chat.end(), {5, 9, static_cast<int32_t>(11 + turn)});

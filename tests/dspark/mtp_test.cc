@@ -159,9 +159,11 @@ TEST_F(Mtp, NameTapsAndRefusals) {
   auto f = gguf::File::Open(target_path_);
   ASSERT_TRUE(f.ok());
   w.CopyMetadataFrom(**f);
-  for (const auto& t : (*f)->tensors())
-    if (t.name.find("nextn.hnorm") == std::string::npos)
+  for (const auto& t : (*f)->tensors()) {
+    if (t.name.find("nextn.hnorm") == std::string::npos) {
       ASSERT_TRUE(w.AddTensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes)).ok());
+    }
+  }
   const std::string broken = testing::TempPath("mtp_broken.gguf");
   ASSERT_TRUE(w.WriteFile(broken).ok());
   auto m = Model::Load(broken);

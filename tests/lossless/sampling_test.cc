@@ -41,8 +41,8 @@ struct SamplingCase {
 };
 void PrintTo(const SamplingCase& c, std::ostream* os) { *os << c.drafter << "/" << c.label; }
 
-const SamplingParams kUnfiltered{1.0f, 0, 1.0f, 0.0f, 0};
-const SamplingParams kFiltered{0.8f, 6, 0.9f, 0.02f, 0};
+const SamplingParams kUnfiltered = testing::Sampling(1.0f);
+const SamplingParams kFiltered = testing::Sampling(0.8f, 6, 0.9f, 0.02f);
 // OpenAI's and llama.cpp's penalties and a logit bias: inside a verification block each row counts
 // the draft tokens before it.
 const SamplingParams kPenalized = [] {
@@ -72,7 +72,7 @@ class UnfilteredQDrafter final : public Drafter {
   Status Begin(int seq) override { return inner_->Begin(seq); }
   Result<Draft> Propose(int seq, std::span<const int32_t> context, const DraftParams& params, Rng& rng) override {
     DraftParams unfiltered = params;
-    unfiltered.sampling = {params.sampling.temperature, 0, 1.0f, 0.0f, params.sampling.seed};
+    unfiltered.sampling = testing::Sampling(params.sampling.temperature, 0, 1.0f, 0.0f, params.sampling.seed);
     DSPARK_ASSIGN_OR_RETURN(Draft d, inner_->Propose(seq, context, unfiltered, rng));
     // ComputeProbs over log q at temperature 1 applies the filters to the distribution itself.
     SamplingParams filters = params.sampling;
@@ -213,8 +213,11 @@ TEST_F(LosslessSamplingControls, GrammarConstrainedSamplingMatchesTheExactMasked
   const grammar::Grammar& gram = **g;
   const testing::PathMask mask = [&](const std::vector<int32_t>& path, float* logits) {
     grammar::GrammarState st = gram.Start();
-    for (int32_t t : path)
-      if (!target_.tok->IsEog(t)) ASSERT_TRUE(gram.Advance(&st, target_.tok->TokenToPiece(t, true)));
+    for (int32_t t : path) {
+      if (!target_.tok->IsEog(t)) {
+        ASSERT_TRUE(gram.Advance(&st, target_.tok->TokenToPiece(t, true)));
+      }
+    }
     for (int32_t id = 0; id < n_vocab; ++id) {
       const std::string piece = target_.tok->TokenToPiece(id, true);
       const bool ok = target_.tok->IsEog(id) ? gram.CanEnd(st) : !piece.empty() && gram.Accepts(st, piece);

@@ -107,7 +107,7 @@ HeadJob HeadDrafter::PendingJob(SeqState& st, std::span<const int32_t> context) 
 
 Status HeadDrafter::RunPending(std::span<const Catchup> seqs) {
   std::vector<HeadJob> jobs;
-  for (const Catchup& s : seqs) jobs.push_back(PendingJob(*s.st, s.context));
+  for (const Catchup& s : seqs) jobs.push_back(s.job);
   DSPARK_TRY(head_->Run(jobs, pool_));
   for (const Catchup& s : seqs) {
     s.st->tail_pos = s.st->ctx->length() - 1;
@@ -122,7 +122,7 @@ Status HeadDrafter::Prefill(int seq, std::span<const int32_t> context) {
   SeqState& st = State(seq);
   if (st.pending_rows == 0 || static_cast<int>(context.size()) != st.rows() + head_->token_offset())
     return Status::Ok();  // Propose says what is wrong, if anything is
-  const Catchup c{&st, context};
+  const Catchup c{&st, PendingJob(st, context)};
   return RunPending(std::span<const Catchup>(&c, 1));
 }
 
@@ -156,11 +156,12 @@ std::vector<Result<Draft>> HeadDrafter::ProposeBatch(std::span<const ProposeRequ
       continue;
     }
     if (st.pending_rows > 0) {
-      if (Status s = head_->Check(PendingJob(st, r.context)); !s.ok()) {
+      const HeadJob job = PendingJob(st, r.context);
+      if (Status s = head_->Check(job); !s.ok()) {
         results[i] = s;
         continue;
       }
-      catchups.push_back({&st, r.context});
+      catchups.push_back({&st, job});
       caught_up.push_back(i);
     } else if (st.tail_pos != n - 1 + lead_) {
       continue;  // nothing committed yet: nothing to draft from

@@ -59,7 +59,7 @@ class HeadDrafter final : public Drafter {
   HeadJob PendingJob(SeqState& st, std::span<const int32_t> context);
   struct Catchup {
     SeqState* st;
-    std::span<const int32_t> context;
+    HeadJob job;  // PendingJob(*st, context): checked, then run
   };
   Status RunPending(std::span<const Catchup> seqs);
 

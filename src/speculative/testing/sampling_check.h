@@ -176,6 +176,18 @@ inline void ExpectSpeculativeSamplingMatchesTarget(Model& target, ThreadPool& po
   EXPECT_GT(c.stats.num_whole_drafts, 0) << "no bonus token: " << c.Describe();
 }
 
+// The truncation settings of a sampling test, the rest (penalties, bias, order) at their defaults.
+inline SamplingParams Sampling(float temperature, int top_k = 0, float top_p = 1.0f, float min_p = 0.0f,
+                               uint64_t seed = 0) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.seed = seed;
+  return p;
+}
+
 // The check above for a drafter on a tiny target: two draft tokens per step (positions 1-3 hold
 // them and the bonus token), plain sampling and a truncated, tempered distribution, prompt
 // {1, 5, 9}.
@@ -183,7 +195,7 @@ inline void ExpectDrafterSamplingMatchesTarget(Model& target, const Tokenizer& t
   ScheduleOptions so;
   so.n_max = 2;
   SpeculativeEngine engine(target, tok, pool, 64, drafter, so);
-  for (const SamplingParams base : {SamplingParams{1.0f, 0, 1.0f, 0.0f, 0}, SamplingParams{0.8f, 6, 0.9f, 0.02f, 0}})
+  for (const SamplingParams& base : {Sampling(1.0f), Sampling(0.8f, 6, 0.9f, 0.02f)})
     ExpectSpeculativeSamplingMatchesTarget(target, pool, engine, {1, 5, 9}, base, so.n_max + 3);
 }
 
