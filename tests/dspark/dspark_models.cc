@@ -102,6 +102,12 @@ Status AddD2t(int V_d, int V, gguf::Writer& w) {
   return w.AddTensor("d2t", DType::kI64, {V_d}, std::move(b));
 }
 
+// The target's hidden size, whatever its architecture.
+Result<int64_t> TargetWidth(const gguf::File& target) {
+  DSPARK_ASSIGN_OR_RETURN(std::string arch, target.GetString("general.architecture"));
+  return target.GetInt(arch + ".embedding_length");
+}
+
 }  // namespace
 
 Status WriteTinyTarget(const TinyTargetSpec& s, const std::string& path) {
@@ -120,7 +126,7 @@ Status WriteTinyTarget(const TinyTargetSpec& s, const std::string& path) {
 }
 
 Status WriteDflash(const DflashSpec& s, const gguf::File& target, const std::string& path) {
-  DSPARK_ASSIGN_OR_RETURN(int64_t n_embd_t, target.GetInt("qwen3.embedding_length"));
+  DSPARK_ASSIGN_OR_RETURN(int64_t n_embd_t, TargetWidth(target));
   const gguf::TensorInfo* embd = target.FindTensor("token_embd.weight");
   if (embd == nullptr) return NotFound("test: target has no token_embd.weight");
   const int V = static_cast<int>(embd->ne[1]);
@@ -168,7 +174,7 @@ Status WriteDflash(const DflashSpec& s, const gguf::File& target, const std::str
 }
 
 Status WriteEagle3(const Eagle3Spec& s, const gguf::File& target, const std::string& path) {
-  DSPARK_ASSIGN_OR_RETURN(int64_t n_embd_t, target.GetInt("qwen3.embedding_length"));
+  DSPARK_ASSIGN_OR_RETURN(int64_t n_embd_t, TargetWidth(target));
   const gguf::TensorInfo* embd = target.FindTensor("token_embd.weight");
   if (embd == nullptr) return NotFound("test: target has no token_embd.weight");
   const int V = static_cast<int>(embd->ne[1]);
