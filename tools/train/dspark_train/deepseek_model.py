@@ -289,15 +289,27 @@ class Deepseek2(nn.Module):
         return {"total": count(trunk, False), "active": count(trunk, True),
                 "mtp_total": count(mtp, False), "mtp_active": count(mtp, True)}
 
-    def trunk(self, idx):
-        """h [B, T, E]: the trunk's normed output (llama.cpp's h_nextn / result_norm)."""
+    def hidden_states(self, idx, taps=()):
+        """Final pre-norm hidden state [B, T, E] and the raw outputs of the layers listed in taps
+        (layer il's output = the residual stream after block il; -1 = the embeddings), as
+        Qwen3.hidden_states: what the drafters that read target features (DSpark, EAGLE-3) tap."""
         T = idx.shape[1]
         assert T <= self.c.n_ctx, f"sequence of {T} tokens exceeds n_ctx {self.c.n_ctx}"
         cos, sin = self.rope_cos[:T], self.rope_sin[:T]
         x = self.tok_embd(idx)
-        for blk in self.blocks:
+        tapped = {-1: x} if -1 in taps else {}
+        for il, blk in enumerate(self.blocks):
             x = blk(x, cos, sin)
-        return self.out_norm(x)
+            if il in taps:
+                tapped[il] = x
+        return x, tapped
+
+    def logits_from_hidden(self, x):
+        return self.head(self.out_norm(x))
+
+    def trunk(self, idx):
+        """h [B, T, E]: the trunk's normed output (llama.cpp's h_nextn / result_norm)."""
+        return self.out_norm(self.hidden_states(idx)[0])
 
     def head(self, h):
         return F.linear(h, self.tok_embd.weight)

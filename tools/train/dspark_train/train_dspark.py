@@ -59,9 +59,8 @@ def main(argv=None):
     cpu_bf16 = amp is not None and dev.type == "cpu"
     target = teacher_mod.load_target(a.teacher, amp if cpu_bf16 else None).to(dev)
     tc = target.c
-    cfg = DSparkConfig(vocab_size=tc.vocab_size, n_embd=tc.n_embd, n_head=tc.n_head, n_head_kv=tc.n_head_kv,
-                       head_dim=tc.head_dim, n_ff=tc.n_ff, n_ctx=tc.n_ctx, rope_base=tc.rope_base,
-                       norm_eps=tc.norm_eps, n_layer=a.n_layer, block_size=a.block_size,
+    cfg = DSparkConfig(vocab_size=tc.vocab_size, n_embd=tc.n_embd, **teacher_mod.drafter_shape(tc), n_ctx=tc.n_ctx,
+                       rope_base=tc.rope_base, norm_eps=tc.norm_eps, n_layer=a.n_layer, block_size=a.block_size,
                        markov_rank=a.markov_rank, mask_token_id=tok.MASK_ID,
                        target_layer_ids=[int(v) for v in a.target_layers.split(",")])
     assert max(cfg.target_layer_ids) < tc.n_layer - 1, "llama.cpp cannot tap the target's last layer"

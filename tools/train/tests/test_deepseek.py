@@ -314,3 +314,49 @@ class TestDeepseekTraining(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestDeepseekTeacher(unittest.TestCase):
+    """The deepseek2 target as the teacher of the drafters that read its features (DSpark, EAGLE-3)
+    and of the draft model: the trunk's logits and taps, from a checkpoint or a GGUF."""
+
+    CFG = json.dumps(dict(n_layer=4, n_embd=32, n_head=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_dim=8,
+                          qk_rope_dim=8, v_head_dim=8, n_ff=48, n_expert=4, n_expert_used=2, n_ff_exp=16, n_ctx=64))
+
+    def test_teacher_is_the_trunk_and_drafters_train_on_it(self):
+        from dspark_train import teacher, train_deepseek, train_dspark, train_eagle3
+        with tempfile.TemporaryDirectory() as d:
+            train_deepseek.main(["--config", self.CFG, "--seq-len", "32", "--tokens-per-step", "128", "--eval-every",
+                                 "1000", "--total-tokens", "1000", "--dtype", "fp32", "--out", f"{d}/t",
+                                 "--max-steps", "1"])
+            ck = torch.load(f"{d}/t/ckpt.pt")
+            model = Deepseek2(DeepseekConfig(**ck["config"]))
+            model.load_state_dict(ck["model"])
+            model.eval()
+            x = ids_for(20)
+            with torch.no_grad():
+                want, _, _ = model(x, mtp=False)
+                t = teacher.load_target(f"{d}/t/ckpt.pt")
+                self.assertIsInstance(t, teacher.DeepseekTeacher)
+                torch.testing.assert_close(t(x), want, rtol=0, atol=0)
+                last, taps = t.hidden_states(x, taps=(-1, 1))
+                torch.testing.assert_close(t.logits_from_hidden(last), want, rtol=0, atol=0)
+                self.assertEqual(sorted(taps), [-1, 1])
+                # From the exported file: the same function of the file's (f16-rounded) weights.
+                ed.main(["--ckpt", f"{d}/t/ckpt.pt", "--out", f"{d}/t.gguf", "--no-eval", "--n-samples", "0"])
+                rounded = Deepseek2(model.c)
+                rounded.load_state_dict(ed.file_rounded(model.state_dict(), model.c))
+                rounded.eval()
+                torch.testing.assert_close(teacher.load_target(f"{d}/t.gguf")(x), rounded(x, mtp=False)[0],
+                                           rtol=1e-5, atol=1e-5)
+                self.assertEqual(teacher.drafter_shape(model.c)["n_head"], 2)
+            common = ["--teacher", f"{d}/t/ckpt.pt", "--seq-len", "24", "--batch", "2", "--steps", "2",
+                      "--log-every", "1", "--dtype", "fp32"]
+            self.assertEqual(train_dspark.main(common + ["--out", f"{d}/ds", "--anchors", "4", "--n-layer", "1",
+                                                         "--block-size", "4", "--markov-rank", "8",
+                                                         "--target-layers", "0,1,2"]), 0)
+            self.assertEqual(train_eagle3.main(common + ["--out", f"{d}/e3", "--ttt-steps", "2", "--n-head", "2",
+                                                         "--n-head-kv", "1", "--head-dim", "16", "--n-ff", "32",
+                                                         "--target-layers", "1,2,4"]), 0)
+            for run in ("ds", "e3"):
+                self.assertEqual(torch.load(f"{d}/{run}/ckpt.pt")["step"], 2)
