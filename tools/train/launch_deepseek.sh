@@ -23,4 +23,7 @@ fi
 setsid nohup nice -n 19 /usr/bin/python3 -m dspark_train train-deepseek --out "$OUT" --resume \
   --total-tokens 24e6 "$@" >> "$OUT/train.log" 2>&1 < /dev/null &
 echo $! > "$OUT/pid"
+# setsid made a new scheduling autogroup, and nice only orders processes within one: lower the
+# group's priority too, so a build in another session keeps the CPU it asks for.
+echo 19 > "/proc/$!/autogroup" 2>/dev/null || true
 echo "started pid $! (--resume --total-tokens 24e6 $*); log $OUT/train.log"
