@@ -29,7 +29,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch.nn.functional as F
 
 from . import tokenizer as tok
 from . import trainutil as tu
@@ -115,11 +114,11 @@ def main(argv=None):
         logits, mtp_logits, aux = forward(x[:, :-1])
         lam = mtp_lambda(a, step, total_steps)
         y = x[:, 1:].reshape(-1)
-        loss = F.cross_entropy(logits.float().view(-1, cfg.vocab_size), y)
+        loss = tu.HardCE.apply(logits.reshape(-1, cfg.vocab_size), y)
         total = loss
         mtp_loss = None
         if mtp_logits is not None:
-            mtp_loss = F.cross_entropy(mtp_logits.float().view(-1, cfg.vocab_size), y)
+            mtp_loss = tu.HardCE.apply(mtp_logits.reshape(-1, cfg.vocab_size), y)
             total = total + lam * mtp_loss
         if "balance" in aux and a.balance_alpha > 0:
             total = total + a.balance_alpha * aux["balance"].float()

@@ -46,26 +46,6 @@ def target_features(target, x, target_layers):
     return last, torch.cat([tapped[i] for i in ids], dim=-1)
 
 
-class SoftCE(torch.autograd.Function):
-    """Per row, -sum_v p_v log softmax(z)_v = logsumexp(z) - p.z (p sums to 1), with the gradient
-    softmax(z) - p written out: a few passes over the vocabulary in float32 where log_softmax, the
-    product and their autograd backward take twice as many (on CPU these vocabulary-wide
-    elementwise passes, not the matmuls, were most of a step)."""
-
-    @staticmethod
-    def forward(ctx, z, p):
-        zf = z.float()
-        lse = torch.logsumexp(zf, -1)
-        ctx.save_for_backward(z, p, lse)
-        return lse - (p * zf).sum(-1)
-
-    @staticmethod
-    def backward(ctx, grad):
-        z, p, lse = ctx.saved_tensors
-        g = (z.float() - lse[:, None]).exp_().sub_(p).mul_(grad[:, None])
-        return g.to(z.dtype), None
-
-
 def ttt_forward(drafter, target, x, loss_mask, n_steps, step_decay=0.8, metrics=True):
     """x [B, T] ids, loss_mask [B, T] bool (positions whose token may be predicted). Returns
     (loss, metrics). Step j's row for anchor t predicts x_{t+j+2}: its teacher is the target's
@@ -106,7 +86,7 @@ def ttt_forward(drafter, target, x, loss_mask, n_steps, step_decay=0.8, metrics=
         bi, ai = valid.nonzero(as_tuple=True)
         teach = bi * T + at[ai] + j + 1                                           # the target's row
         z = drafter.logits(h[bi, ai], embd)
-        ce = SoftCE.apply(z, t_p[teach])
+        ce = tu.SoftCE.apply(z, t_p[teach])
         n = max(1, len(bi))
         ce_mean = ce.sum() / n
         w = step_decay ** j

@@ -116,7 +116,7 @@ def main(argv=None):
 
     def step_fn(forward, x, step):
         logits = forward(x[:, :-1])
-        loss = F.cross_entropy(logits.float().view(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
+        loss = tu.HardCE.apply(logits.reshape(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
         return loss, loss, lambda: ({}, ""), None
 
     def eval_fn(m, amp_dtype):
