@@ -17,6 +17,10 @@
 #   tools/train/pipeline.sh eval              offline tau of both drafters (both validation sets)
 #   tools/train/pipeline.sh eagle3            the EAGLE-3 head: engine data (if missing), training, export + offline tau
 #   tools/train/pipeline.sh bench-eagle3      the EAGLE-3 head converted for the 1.7b inflated target (build/models/)
+#   tools/train/pipeline.sh deepseek          the DeepSeek-architecture reference: start/resume in the background
+#   tools/train/pipeline.sh deepseek-wait     wait for it, finish it here, export models/ref-deepseek.gguf
+#   tools/train/pipeline.sh deepseek-drafters its continuations by the C++ engine, then its DSpark drafter and
+#                                             EAGLE-3 head (models/ref-deepseek-dspark.gguf, -eagle3.gguf)
 #   tools/train/pipeline.sh test              unit tests of the toolkit
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -132,6 +136,28 @@ for stage in "$@"; do
       # What `make bench-models` does for the DSpark drafter: the head for the 1.7b inflated target
       # (reads the target for the map; writes only the drafter).
       $DT inflate --shape 1.7b --eagle3 models/ref-eagle3.gguf --eagle3-out build/models/ref-eagle3-1.7b-F16.gguf ;;
+    deepseek) tools/train/launch_deepseek.sh ;;
+    deepseek-wait)
+      if [ -f "$TD/deepseek/pid" ] && kill -0 "$(cat "$TD/deepseek/pid")" 2>/dev/null; then
+        echo "waiting for the background DeepSeek run (pid $(cat "$TD/deepseek/pid"))"
+        while kill -0 "$(cat "$TD/deepseek/pid")" 2>/dev/null; do sleep 30; done
+      fi
+      nice -n 19 $DT train-deepseek --resume --total-tokens 24e6
+      $DT export-deepseek --ckpt "$TD/deepseek/ckpt.pt" ;;
+    deepseek-drafters)
+      # The recipe of the qwen3 target's drafters, on the DeepSeek reference's own continuations
+      # (greedy twice, sampled once); the MTP block needs none: it trained with the trunk.
+      DS=models/ref-deepseek.gguf
+      $DT gen-target-data --engine build/bin/dspark --teacher $DS --out "$TD/deepseek-gen-greedy" --n-seqs 8192 \
+        --batch 64 --seed 31 --temperature 0
+      $DT gen-target-data --engine build/bin/dspark --teacher $DS --out "$TD/deepseek-gen" --n-seqs 4096 \
+        --batch 64 --seed 32 --temperature 0.7
+      POOL="$TD/deepseek-gen-greedy,$TD/deepseek-gen-greedy,$TD/deepseek-gen"
+      nice -n 19 $DT train-dspark --teacher $DS --data "$POOL" --out "$TD/deepseek-dspark" --steps 4000 --resume
+      $DT export-dspark --ckpt "$TD/deepseek-dspark/ckpt.pt" --out models/ref-deepseek-dspark.gguf
+      nice -n 19 $DT train-eagle3 --teacher $DS --data "$POOL" --out "$TD/deepseek-eagle3" --steps 2800 --lr 1e-3 \
+        --resume
+      $DT export-eagle3 --ckpt "$TD/deepseek-eagle3/ckpt.pt" --out models/ref-deepseek-eagle3.gguf --eval-prompts 64 ;;
     test) $PY -m pytest -q tools/train/tests ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
