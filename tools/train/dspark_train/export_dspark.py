@@ -15,7 +15,11 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from . import gguf_model
+from . import gguf_reader
 from . import gguf_vocab
 from . import gguf_writer as gw
 from . import tokenizer as tok
@@ -55,6 +59,24 @@ def write_dspark(path, state, c: DSparkConfig, sp, name="dspark-ref-dspark", ext
         f32 = arr.ndim == 1 or pname.startswith("conf_proj")
         w.add_tensor(tensor_name(pname), arr, gw.GGML_F32 if f32 else gw.GGML_F16)
     w.write(path)
+
+
+def load_dspark(path):
+    """(DSparkConfig, state_dict of float32 tensors) of a file write_dspark wrote: a warm start for
+    train-dspark --init when only the GGUF is at hand."""
+    f = gguf_reader.read(path)
+    md = f.metadata
+    if md.get("general.architecture") != ARCH:
+        raise ValueError(f"{path}: architecture {md.get('general.architecture')!r}, expected {ARCH}")
+    base = gguf_model.config_from_metadata(md, ARCH)
+    cfg = DSparkConfig(**{**base.to_dict(), "target_layer_ids": [int(l) - 1 for l in md[f"{ARCH}.target_layers"]],
+                          "block_size": int(md[f"{ARCH}.block_size"]),
+                          "markov_rank": int(f.tensors["markov_w1.weight"].shape[-1]),
+                          "mask_token_id": int(md["tokenizer.ggml.mask_token_id"])})
+    root = {v: k for k, v in _ROOT.items()}
+    state = {root.get(n) or gguf_model.param_name(n): torch.from_numpy(np.array(a, dtype=np.float32))
+             for n, a in f.tensors.items()}
+    return cfg, state
 
 
 def main(argv=None):

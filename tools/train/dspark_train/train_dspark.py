@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from . import export_dspark
+from . import grow_draft
 from . import teacher as teacher_mod
 from . import tokenizer as tok
 from . import trainutil as tu
@@ -30,7 +32,10 @@ def parse_args(argv=None):
     ap.add_argument("--teacher", default=str(TARGET_GGUF), help="target GGUF or training checkpoint")
     ap.add_argument("--data", default="corpus",
                     help="'corpus', or shard directories from gen_target_data.py (comma-separated: pooled)")
-    ap.add_argument("--init", default=None, help="start from this checkpoint's weights (fresh optimizer and schedule)")
+    ap.add_argument("--init", default=None, help="start from this checkpoint's or dflash GGUF's weights (fresh "
+                    "optimizer and schedule)")
+    ap.add_argument("--grow", type=int, default=0, help="deepen the --init drafter to this many layers, the new ones "
+                    "starting as the identity (grow_draft.grow: it drafts what it drafted, with room to learn more)")
     ap.add_argument("--out", default=None, help="run directory (default $DSPARK_TRAIN_DIR/dspark)")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--steps", type=int, default=3000)
@@ -48,6 +53,26 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+def warm_start(a):
+    """--init (a checkpoint or a dflash GGUF), deepened to --grow layers; None without --init."""
+    if not a.init:
+        if a.grow:
+            raise SystemExit("--grow deepens the --init drafter: give --init")
+        return None
+    if a.init.endswith(".gguf"):
+        c, state = export_dspark.load_dspark(a.init)
+        warm = {"config": c.to_dict(), "model": state, "step": 0}
+    else:
+        warm = tu.load_checkpoint(Path(a.init))
+        if warm is None:
+            raise SystemExit(f"--init {a.init}: no checkpoint there")
+    warm["source"] = a.init
+    if a.grow:
+        warm["config"], warm["model"] = grow_draft.grow(warm["config"], warm["model"], a.grow)
+        warm["source"] += f" grown to {a.grow} layers"
+    return warm
+
+
 def main(argv=None):
     a = parse_args(argv)
     out = Path(a.out) if a.out else train_dir() / "dspark"
@@ -63,11 +88,14 @@ def main(argv=None):
                        rope_base=tc.rope_base, norm_eps=tc.norm_eps, n_layer=a.n_layer, block_size=a.block_size,
                        markov_rank=a.markov_rank, mask_token_id=tok.MASK_ID,
                        target_layer_ids=[int(v) for v in a.target_layers.split(",")])
-    assert max(cfg.target_layer_ids) < tc.n_layer - 1, "llama.cpp cannot tap the target's last layer"
-    assert a.seq_len + cfg.block_size <= tc.n_ctx
     # DeepSpec: AdamW, weight decay 0, warmup 4 % then cosine to 0, clip 1.0.
     ckpt_path = out / "ckpt.pt"
-    cfg, model, opt, step = tu.init_or_resume_drafter(DSpark, DSparkConfig, cfg, a.init, ckpt_path, a.resume, a.lr, dev)
+    cfg, model, opt, step = tu.init_or_resume_drafter(DSpark, DSparkConfig, cfg, warm_start(a), ckpt_path, a.resume,
+                                                      a.lr, dev)
+    # The drafter trained (fresh, warm-started or resumed) must fit its target.
+    assert cfg.n_embd == tc.n_embd, f"the drafter is {cfg.n_embd} wide, its target {tc.n_embd}"
+    assert max(cfg.target_layer_ids) < tc.n_layer - 1, "llama.cpp cannot tap the target's last layer"
+    assert a.seq_len + cfg.block_size <= tc.n_ctx
     print(f"dspark drafter {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params {cfg}", flush=True)
     data = Data(a.data, a.seq_len, a.batch, a.seed)
     log = tu.CsvLog(out / "losses.csv", ["step", "loss", "ce", "l1", "bce", "tau_prob", "conf_abs_err",

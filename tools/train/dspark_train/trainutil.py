@@ -190,19 +190,25 @@ def resume_qwen3(ckpt_path: Path, lr: float, weight_decay: float, dev):
 
 
 def init_or_resume_drafter(model_cls, cfg_cls, cfg, init, ckpt_path: Path, resume: bool, lr: float, dev):
-    """A drafter to train: fresh from `cfg`, warm-started from the checkpoint `init` (its config and
-    weights, a fresh optimizer), or resumed from `ckpt_path` (config, weights, optimizer, RNG and
+    """A drafter to train: fresh from `cfg`, warm-started from `init` (a checkpoint path, or the dict
+    {config, model, step, source} of one already loaded: its config and weights, a fresh optimizer),
+    or resumed from `ckpt_path` (config, weights, optimizer, RNG and
     step). AdamW without weight decay, made after the move to `dev` (its state lives on the
     parameters' device). Returns (cfg, model, optimizer, step)."""
-    if init:
+    warm = None
+    if isinstance(init, dict):  # already loaded: {"config", "model", "step", "source"}
+        warm = init
+    elif init:
         warm = load_checkpoint(Path(init))
         if warm is None:
             raise SystemExit(f"--init {init}: no checkpoint there")
+        warm = {**warm, "source": str(init)}
+    if warm is not None:
         cfg = cfg_cls(**warm["config"])
     model = model_cls(cfg)
-    if init:
+    if warm is not None:
         model.load_state_dict(warm["model"])
-        print(f"initialised from {init} (step {warm['step']})", flush=True)
+        print(f"initialised from {warm['source']} (step {warm['step']})", flush=True)
     ck = load_checkpoint(ckpt_path) if resume else None
     if ck is not None:
         cfg = cfg_cls(**ck["config"])

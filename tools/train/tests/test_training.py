@@ -176,6 +176,39 @@ class TestDSpark(unittest.TestCase):
             self.assertNotIn("token_embd.weight", f.tensors)
             self.assertNotIn("output.weight", f.tensors)
 
+    def test_gguf_warm_start_and_growth(self):
+        """train-dspark --init FILE.gguf --grow N: the file reads back as the drafter it was (up to the
+        F16 matrices), and the deepened drafter drafts exactly what it did."""
+        from dspark_train import grow_draft
+        x = torch.randint(4, 4096, (1, 20))
+        from dspark_train import train_dspark
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "ds.gguf")
+            export_dspark.write_dspark(p, self.drafter.state_dict(), TINY_D, tok.load())
+            cfg, state = export_dspark.load_dspark(p)
+            self.assertEqual(train_dspark.main(["--teacher", tiny_teacher(d), "--init", p, "--grow", "3", "--steps", "2",
+                                                "--seq-len", "24", "--batch", "2", "--anchors", "4", "--log-every", "1",
+                                                "--dtype", "fp32", "--out", f"{d}/g"]), 0)
+            self.assertEqual(torch.load(f"{d}/g/ckpt.pt")["config"]["n_layer"], 3)
+        self.assertEqual(cfg, TINY_D)
+        rounded = {k: v.half().float() if v.dim() == 2 and not k.startswith("conf_proj") else v
+                   for k, v in self.drafter.state_dict().items()}
+        self.assertEqual(sorted(state), sorted(rounded))
+        for k in state:
+            torch.testing.assert_close(state[k], rounded[k], rtol=0, atol=0)
+        config, grown_state = grow_draft.grow(cfg.to_dict(), state, cfg.n_layer + 2)
+        small, grown = DSpark(cfg).eval(), DSpark(DSparkConfig(**config)).eval()
+        small.load_state_dict(state)
+        grown.load_state_dict(grown_state)
+        _, tapped = self.target.hidden_states(x, taps=tuple(cfg.target_layer_ids))
+        taps = torch.cat([tapped[l] for l in cfg.target_layer_ids], -1)
+        with torch.no_grad():
+            a = small.draft(self.target.tok_embd.weight, taps[:, :9], x[0, 9].item(), 9)
+            b = grown.draft(self.target.tok_embd.weight, taps[:, :9], x[0, 9].item(), 9)
+        self.assertEqual(len(grown.blocks), cfg.n_layer + 2)
+        self.assertEqual(a[0], b[0])
+        torch.testing.assert_close(a[2], b[2], rtol=1e-6, atol=1e-6)
+
 
 class TestEngineGenerator(unittest.TestCase):
     """gen_target_data.py --engine: `dspark serve` returns the same greedy continuations as the
