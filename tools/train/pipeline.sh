@@ -17,6 +17,8 @@
 #   tools/train/pipeline.sh eval              offline tau of both drafters (both validation sets)
 #   tools/train/pipeline.sh eagle3            the EAGLE-3 head: engine data (if missing), training, export + offline tau
 #   tools/train/pipeline.sh bench-eagle3      the EAGLE-3 head converted for the 1.7b inflated target (build/models/)
+#   tools/train/pipeline.sh dspark-deeper     the bundled DSpark drafter deepened to 4 layers, trained on the
+#                                             phase-2 target's continuations ($DSPARK_TRAIN_DIR/dspark-deeper.gguf)
 #   tools/train/pipeline.sh deepseek          the DeepSeek-architecture reference: start/resume in the background
 #   tools/train/pipeline.sh deepseek-wait     wait for it, finish it here, export models/ref-deepseek.gguf
 #   tools/train/pipeline.sh deepseek-drafters its continuations by the C++ engine, then its DSpark drafter and
@@ -136,6 +138,22 @@ for stage in "$@"; do
       # What `make bench-models` does for the DSpark drafter: the head for the 1.7b inflated target
       # (reads the target for the map; writes only the drafter).
       $DT inflate --shape 1.7b --eagle3 models/ref-eagle3.gguf --eagle3-out build/models/ref-eagle3-1.7b-F16.gguf ;;
+    dspark-deeper)
+      # On a memory-bound target the drafter's cost hardly matters and τ decides: the bundled drafter
+      # (2 layers) grown to 4, the new layers starting as the identity, then trained on the phase-2
+      # target's greedy continuations (those of target-data-2, listed twice) and sampled ones. Offline
+      # τ against the bundled drafter's on the same prompts decides whether it replaces
+      # models/ref-dspark.gguf.
+      $DT gen-target-data --engine build/bin/dspark --out "$TD/target2-gen-greedy" --n-seqs 8192 --batch 64 \
+        --seed 21 --temperature 0
+      $DT gen-target-data --engine build/bin/dspark --out "$TD/target2-gen" --n-seqs 4096 --batch 64 \
+        --seed 23 --temperature 0.7
+      POOL="$TD/target2-gen-greedy,$TD/target2-gen-greedy,$TD/target2-gen"
+      nice -n 19 $DT train-dspark --init models/ref-dspark.gguf --grow 4 --data "$POOL" --out "$TD/dspark-deeper" \
+        --steps 3000 --lr 3e-4 --resume
+      $DT export-dspark --ckpt "$TD/dspark-deeper/ckpt.pt" --out "$TD/dspark-deeper.gguf"
+      $DT eval-drafters --dspark "$TD/dspark-deeper.gguf" --n-prompts 64
+      $DT eval-drafters --dspark models/ref-dspark.gguf --n-prompts 64 ;;
     deepseek) tools/train/launch_deepseek.sh ;;
     deepseek-wait)
       if [ -f "$TD/deepseek/pid" ] && kill -0 "$(cat "$TD/deepseek/pid")" 2>/dev/null; then
