@@ -50,7 +50,7 @@ else
   FUZZ_FORK=0
 fi
 # The check's inputs per target: about 30 s each on a 2-core CI machine.
-declare -A CHECK_RUNS=([gguf]=50000 [tokenizer]=120000 [request]=200000 [jinja]=25000 [grammar]=20000)
+declare -A CHECK_RUNS=([gguf]=50000 [tokenizer]=120000 [request]=200000 [jinja]=25000 [grammar]=10000)
 TIMEOUT=${FUZZ_TIMEOUT:-1}
 FORK=${FUZZ_FORK:-0}
 TARGETS=("$@")

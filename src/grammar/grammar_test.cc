@@ -251,6 +251,12 @@ TEST(MatcherTest, AmbiguousRecursionEndsAtTheExpansionBudget) {
   doc += "1";
   for (int i = 0; i < 50; ++i) doc += "]}";
   EXPECT_TRUE(Matches(*json, "{\"a\": " + doc + "}"));
+  // And for a schema's object of 300 optional properties, any of which may come first.
+  ojson props = ojson::object();
+  for (int i = 0; i < 300; ++i) props["p" + std::to_string(i)] = {{"type", "integer"}};
+  auto wide = FromSchema(ojson({{"type", "object"}, {"properties", props}}).dump());
+  EXPECT_FALSE(Matches(*wide, "{\"p299\": 1, \"p0\": 2}"));  // schema order
+  EXPECT_TRUE(Matches(*wide, "{\"p0\": 2, \"p299\": 1}"));
   // An unambiguous grammar of the same language takes all of it.
   auto plain = MustCompile("root ::= [a-z]+\n");
   EXPECT_TRUE(Matches(*plain, std::string(256, 'a')));
@@ -537,8 +543,10 @@ TEST(TokenMaskerTest, AgreesWithAcceptsWhereALimitBinds) {
   TokenMasker masker(vocab);
   MatchLimits tight;
   tight.max_expansion = 256;
+  // The last: a run of 900 nullable items, which the budget cuts short wherever it is explored from.
   const char* grammars[] = {"root ::= [a-z] root*{0,3}\n", "root ::= [a-z] root*\n",
-                            "root ::= [\"a-}] root*{0,3}\n", "root ::= x*\nx ::= [a-z] | [a-z] [a-z] x?\n"};
+                            "root ::= [\"a-}] root*{0,3}\n", "root ::= x*\nx ::= [a-z] | [a-z] [a-z] x?\n",
+                            "root ::= [a-z] root*{900}\n"};
   int refused = 0;
   for (const char* text : grammars) {
     for (const MatchLimits& limits : {MatchLimits{}, tight}) {

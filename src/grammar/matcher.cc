@@ -142,11 +142,13 @@ bool Grammar::MatchRange(uint32_t pos, uint32_t lo, uint32_t hi) const {
 // caller reaches the same verdict. A node's cost is the size of its expansion tree counted as if
 // nothing were shared: an ambiguous recursive grammar ("root ::= [a-z] root*") shows its growth there
 // even when the distinct stacks stay few, and a grammar whose expansion branches at every level
-// cannot make the forest exponential, because building a node stops once its cost passes the budget.
+// cannot make the forest exponential, because building a node stops once its cost passes what its
+// caller can still spend.
 class Grammar::Forest {
  public:
   explicit Forest(const Grammar& g) : g_(g), over_(g.limits_.max_expansion + 1) {
     expanded_.push_back({{-1}, 1});  // kEmptyExpansion: the empty stack expands to itself
+    expanded_.push_back({{}, over_});  // kPastBudget: a node whose cost reaches the caller's budget
   }
 
   // The set of explicit stacks (each bottom first, top a character element).
@@ -253,16 +255,22 @@ class Grammar::Forest {
     if (inserted) {
       nodes_.push_back({pos, parent, parent < 0 ? 1u : nodes_[parent].depth + 1});
       expand_.push_back(-1);
+      past_budget_.push_back(0);
     }
     return it->second;
   }
 
   uint32_t Depth(int32_t id) const { return id < 0 ? 0 : nodes_[id].depth; }
 
-  // Index into expanded_ of node id's expansion (kEmptyExpansion for the empty stack).
-  size_t Expand(int32_t id) {
+  // Index into expanded_ of node id's expansion (kEmptyExpansion for the empty stack), or
+  // kPastBudget when its cost is at least `budget`. Exploring stops there: a node is never built
+  // beyond what its caller can still afford, so a run of thousands of nullable items ("root ::= [a]
+  // x?{9000}") costs the budget, not its length. A node's cost is exact whenever it is below the
+  // budget it was asked with, so every verdict is the one an unbounded search would reach.
+  size_t Expand(int32_t id, size_t budget) {
     if (id < 0) return kEmptyExpansion;
     if (expand_[id] >= 0) return static_cast<size_t>(expand_[id]);
+    if (budget <= past_budget_[id]) return kPastBudget;  // known to cost at least that
     Expansion e{{}, 1};
     uint32_t pos = nodes_[id].pos;
     if (g_.IsCharElement(pos)) {
@@ -272,7 +280,7 @@ class Grammar::Forest {
       int32_t parent = nodes_[id].parent;
       int32_t cont = g_.IsRuleEnd(pos + 1) ? parent : Intern(pos + 1, parent);
       int merged = 0;  // alternatives that contributed stacks: one alone is already sorted and unique
-      for (uint32_t i = g_.alt_begin_[rule]; i < g_.alt_begin_[rule + 1] && e.cost < over_; ++i) {
+      for (uint32_t i = g_.alt_begin_[rule]; i < g_.alt_begin_[rule + 1]; ++i) {
         uint32_t a = g_.alts_[i];
         int32_t child;
         if (g_.IsRuleEnd(a)) {
@@ -282,16 +290,21 @@ class Grammar::Forest {
         } else {
           continue;  // nesting past max_stack_depth: this way is dropped
         }
-        const Expansion& sub = expanded_[Expand(child)];
+        const Expansion& sub = expanded_[Expand(child, budget - e.cost)];
         e.cost = std::min(over_, e.cost + sub.cost);
+        if (e.cost >= budget) return PastBudget(id, budget);
         if (sub.tops.empty()) continue;
+        // Each expansion is sorted: merging keeps the union sorted in linear time.
+        const auto mid = static_cast<std::ptrdiff_t>(e.tops.size());
         e.tops.insert(e.tops.end(), sub.tops.begin(), sub.tops.end());
+        std::inplace_merge(e.tops.begin(), e.tops.begin() + mid, e.tops.end());
         ++merged;
       }
-      if (merged > 1) {
-        std::sort(e.tops.begin(), e.tops.end());
-        e.tops.erase(std::unique(e.tops.begin(), e.tops.end()), e.tops.end());
-      }
+      if (merged > 1) e.tops.erase(std::unique(e.tops.begin(), e.tops.end()), e.tops.end());
+      // The node copied its tops, a few nanoseconds each where building a node costs about a
+      // hundred: counted at a sixteenth, so a run of n nullable items ("root ::= [a] root*{800}"),
+      // whose nodes copy n^2/2 stacks, stays within the budget too.
+      e.cost = std::min(over_, e.cost + e.tops.size() / kTopsPerUnit);
       // More distinct stacks than a set may hold: every set containing this node is refused too.
       if (e.tops.size() > g_.limits_.max_stacks) e.cost = over_;
       if (e.cost >= over_) e.tops.clear();
@@ -301,9 +314,22 @@ class Grammar::Forest {
     return expanded_.size() - 1;
   }
 
+  // Node id costs at least `budget`: remembered as such, or as refused outright when that is the
+  // whole budget (a property of the node, like an exact cost).
+  size_t PastBudget(int32_t id, size_t budget) {
+    if (budget < over_) {
+      past_budget_[id] = std::max(past_budget_[id], budget);
+      return kPastBudget;
+    }
+    expand_[id] = static_cast<int32_t>(expanded_.size());
+    expanded_.push_back({{}, over_});
+    return expanded_.size() - 1;
+  }
+
   // Adds node id's expansion to *out and its cost to *cost; false once the budget is spent.
   bool Gather(int32_t id, std::vector<int32_t>* out, size_t* cost) {
-    const Expansion& e = expanded_[Expand(id)];
+    if (*cost >= over_) return false;
+    const Expansion& e = expanded_[Expand(id, over_ - *cost)];
     *cost += e.cost;
     if (*cost >= over_) return false;
     out->insert(out->end(), e.tops.begin(), e.tops.end());
@@ -332,12 +358,15 @@ class Grammar::Forest {
 
   static constexpr int32_t kUnknown = -2;
   static constexpr size_t kEmptyExpansion = 0;
+  static constexpr size_t kPastBudget = 1;
+  static constexpr size_t kTopsPerUnit = 16;
 
   const Grammar& g_;
   const size_t over_;  // the smallest cost a limit refuses
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, int32_t> node_ids_;
   std::vector<int32_t> expand_;  // node id -> index into expanded_, or -1
+  std::vector<size_t> past_budget_;  // node id -> a budget its cost is known to reach (0: none)
   std::vector<Expansion> expanded_;
   std::vector<std::vector<int32_t>> sets_;
   std::unordered_map<std::string, int32_t> set_ids_;

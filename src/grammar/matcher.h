@@ -23,10 +23,12 @@ struct MatchLimits {
   // Stacks deeper than this are dropped: nesting that deep ("[[[[...") is refused.
   size_t max_stack_depth = 1024;
   // Work one character may cost: the size of its expansion tree, counted as if no stack were
-  // shared, plus the depth of each stack it leaves. An ambiguous recursive grammar
-  // ("root ::= [a-z] root*") makes few distinct stacks out of many ways to reach them, so neither
-  // bound above sees the work grow; past this the character is a dead end too. A JSON document
-  // nested 100 deep costs about a thousand; max_stack_depth caps nesting first.
+  // shared, plus a sixteenth of the stacks each of its nodes collects and the depth of each stack
+  // it leaves. An ambiguous recursive grammar ("root ::= [a-z] root*") makes few distinct stacks
+  // out of many ways to reach them, so neither bound above sees the work grow; past this the
+  // character is a dead end too. A JSON document nested 100 deep costs about a thousand, and an
+  // object of 300 optional properties fits as well (MatcherTest checks both); max_stack_depth caps
+  // nesting first.
   size_t max_expansion = 16384;
 };
 
