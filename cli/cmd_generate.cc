@@ -132,7 +132,11 @@ int RunGenerate(GenerateFlags f) {
   const int n_ctx = ContextSize(f.ctx_size, model);
   GenerateOptions opt;
   opt.max_new_tokens = f.n_predict;
-  opt.sampling = {f.temp, f.top_k, f.top_p, f.min_p, f.seed};
+  opt.sampling.temperature = f.temp;
+  opt.sampling.top_k = f.top_k;
+  opt.sampling.top_p = f.top_p;
+  opt.sampling.min_p = f.min_p;
+  opt.sampling.seed = f.seed;
   opt.sampling.order = *ParseSamplerOrder(f.sampler_order);  // checked by the flag
   opt.stop = f.stop;
   opt.parse_special = f.parse_special;

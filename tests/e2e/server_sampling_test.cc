@@ -73,7 +73,9 @@ TEST_F(Server, LogprobsHaveOpenAisShapesAndAreTheTargetsWithAndWithoutSpeculatio
       // so the JSON string holds U+FFFD in its place).
       EXPECT_EQ(a["text_offset"][0].get<int64_t>(), 0);
       for (int i = 0; i < n; ++i) {
-        if (i > 0) EXPECT_GT(a["text_offset"][i].get<int64_t>(), a["text_offset"][i - 1].get<int64_t>());
+        if (i > 0) {
+          EXPECT_GT(a["text_offset"][i].get<int64_t>(), a["text_offset"][i - 1].get<int64_t>());
+        }
         EXPECT_NEAR(a["token_logprobs"][i].get<double>(), b["token_logprobs"][i].get<double>(), 1e-4) << i;
         // A dict by piece text: alternatives whose pieces render alike share one entry.
         EXPECT_GE(a["top_logprobs"][i].size(), 1u);
@@ -133,7 +135,9 @@ TEST_F(Server, SeededRequestsAreIdenticalWithOrWithoutSpeculationAndUnderLoad) {
     EXPECT_EQ(Text(chat, spec), reference);
     EXPECT_GT(spec["dspark"]["drafted"].get<int>(), 0);
     // A server without a drafter (the same model; it has no chat template).
-    if (!chat) EXPECT_EQ(Text(chat, PostOk(plain_, chat, body)), reference);
+    if (!chat) {
+      EXPECT_EQ(Text(chat, PostOk(plain_, chat, body)), reference);
+    }
     // Under load: the same request beside 8 concurrent others, unseeded and sampling.
     std::vector<std::future<json>> others;
     for (int i = 0; i < 8; ++i) {

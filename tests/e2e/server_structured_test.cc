@@ -77,8 +77,9 @@ TEST_F(Server, JsonSchemaResponseFormatIsFollowedWithAndWithoutSpeculation) {
   auto r = PostJson(main_, "/v1/chat/completions", obj.dump());
   ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "");
   const json jo = json::parse(r->body);
-  if (jo["choices"][0]["finish_reason"] == "stop")
+  if (jo["choices"][0]["finish_reason"] == "stop") {
     EXPECT_TRUE(json::parse(jo["choices"][0]["message"]["content"].get<std::string>()).is_object());
+  }
   ojson completion = {{"prompt", "x"}, {"max_tokens", 400}, {"temperature", 0.5}, {"seed", 8}, {"json_schema", kSchema}};
   r = PostJson(main_, "/v1/completions", completion.dump());
   ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "");
@@ -126,7 +127,9 @@ TEST_F(Server, RequiredAndNamedToolChoicesAreEnforcedAndReturnedAsToolCalls) {
       EXPECT_EQ(call["type"], "function");
       EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
       const std::string name = call["function"]["name"];
-      if (choice != "required") EXPECT_EQ(name, choice);
+      if (choice != "required") {
+        EXPECT_EQ(name, choice);
+      }
       const json args = json::parse(call["function"]["arguments"].get<std::string>());
       if (name == "get_weather") {
         EXPECT_TRUE(args["city"].is_string());

@@ -49,7 +49,9 @@ TEST_F(Lossless, GreedyWithPenaltiesAndBiasesEqualsPlainForEveryDrafter) {
     for (auto& [name, d] : drafters) {
       const GenerateResult r = Run(d.get(), prompt, 40, 6, 256, sp);
       EXPECT_EQ(r.ids, plain.ids) << name << " prompt " << variant;
-      if (name == "synthetic") EXPECT_GT(r.stats.num_accepted_tokens, 0);
+      if (name == "synthetic") {
+        EXPECT_GT(r.stats.num_accepted_tokens, 0);
+      }
     }
   }
 }
@@ -96,7 +98,9 @@ TEST_F(Lossless, KeyedSamplingIsIdenticalWithEveryDrafterAndUnderLoad) {
       }
       // The same model as its own draft draws the very tokens the target does: coupled drafts
       // are accepted whole.
-      if (name == "draft-same") EXPECT_EQ(r->stats.num_accepted_tokens, r->stats.num_draft_tokens) << seed;
+      if (name == "draft-same") {
+        EXPECT_EQ(r->stats.num_accepted_tokens, r->stats.num_draft_tokens) << seed;
+      }
     }
     // Under load: the seeded request among 11 others (keyed and not) on 4 slots, with a drafter.
     Loaded d = Load(other_path_);
@@ -232,7 +236,9 @@ TEST_F(Lossless, PromptCacheHitsEqualColdRuns) {
     const GenerateResult ra3 = run(a3);
     EXPECT_EQ(ra3.ids, ReferenceGreedy(*target_.model, pool_, a3, 16, 256)) << (with_drafter ? "drafter" : "plain");
     EXPECT_EQ(ra3.stats.prompt_cached_tokens, static_cast<int64_t>(a.size())) << (with_drafter ? "drafter" : "plain");
-    if (with_drafter) EXPECT_GT(ra3.stats.num_accepted_tokens, 0);
+    if (with_drafter) {
+      EXPECT_GT(ra3.stats.num_accepted_tokens, 0);
+    }
   }
 }
 
