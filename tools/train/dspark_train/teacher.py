@@ -22,7 +22,6 @@ class DeepseekTeacher(nn.Module):
         self.m = m
         self.c = m.c
         self.tok_embd = m.tok_embd
-        self.rope_cos, self.rope_sin = m.rope_cos, m.rope_sin
 
     def hidden_states(self, idx, taps=()):
         return self.m.hidden_states(idx, taps)
@@ -68,9 +67,9 @@ def load_target(path, dtype=None):
         m.load_state_dict(state)
     m.eval().requires_grad_(False)
     if dtype is not None:
-        rope = (m.rope_cos, m.rope_sin)
+        # RoPE tables stay float32, in whichever module holds them.
+        ropes = [(mod, mod.rope_cos, mod.rope_sin) for mod in m.modules() if "rope_cos" in mod._buffers]
         m = m.to(dtype)
-        m.rope_cos, m.rope_sin = rope  # RoPE tables stay float32
-        if isinstance(m, DeepseekTeacher):
-            m.m.rope_cos, m.m.rope_sin = rope
+        for mod, cos, sin in ropes:
+            mod.rope_cos, mod.rope_sin = cos, sin
     return m

@@ -61,12 +61,9 @@ def warm_start(a):
         return None
     if a.init.endswith(".gguf"):
         c, state = export_dspark.load_dspark(a.init)
-        warm = {"config": c.to_dict(), "model": state, "step": 0}
+        warm = {"config": c.to_dict(), "model": state, "step": 0, "source": a.init}
     else:
-        warm = tu.load_checkpoint(Path(a.init))
-        if warm is None:
-            raise SystemExit(f"--init {a.init}: no checkpoint there")
-    warm["source"] = a.init
+        warm = tu.load_warm_start(a.init)
     if a.grow:
         warm["config"], warm["model"] = grow_draft.grow(warm["config"], warm["model"], a.grow)
         warm["source"] += f" grown to {a.grow} layers"

@@ -189,20 +189,21 @@ def resume_qwen3(ckpt_path: Path, lr: float, weight_decay: float, dev):
     return cfg, model, opt, ck["step"], ck["tokens"]
 
 
+def load_warm_start(path):
+    """The checkpoint --init names, with its path as "source"; exits when there is none."""
+    warm = load_checkpoint(Path(path))
+    if warm is None:
+        raise SystemExit(f"--init {path}: no checkpoint there")
+    return {**warm, "source": str(path)}
+
+
 def init_or_resume_drafter(model_cls, cfg_cls, cfg, init, ckpt_path: Path, resume: bool, lr: float, dev):
     """A drafter to train: fresh from `cfg`, warm-started from `init` (a checkpoint path, or the dict
     {config, model, step, source} of one already loaded: its config and weights, a fresh optimizer),
     or resumed from `ckpt_path` (config, weights, optimizer, RNG and
     step). AdamW without weight decay, made after the move to `dev` (its state lives on the
     parameters' device). Returns (cfg, model, optimizer, step)."""
-    warm = None
-    if isinstance(init, dict):  # already loaded: {"config", "model", "step", "source"}
-        warm = init
-    elif init:
-        warm = load_checkpoint(Path(init))
-        if warm is None:
-            raise SystemExit(f"--init {init}: no checkpoint there")
-        warm = {**warm, "source": str(init)}
+    warm = init if isinstance(init, dict) or not init else load_warm_start(init)
     if warm is not None:
         cfg = cfg_cls(**warm["config"])
     model = model_cls(cfg)
