@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "util/escapes.h"
 
 namespace dspark::cli {
 
@@ -16,6 +17,7 @@ struct TokenizeFlags {
   bool from_stdin = false;
   bool no_bos = false;
   bool parse_special = false;
+  bool escape = true;
 };
 
 int RunTokenize(const TokenizeFlags& f) {
@@ -23,7 +25,8 @@ int RunTokenize(const TokenizeFlags& f) {
   if (!file.ok()) return Fail(file.status());
   auto tok = Tokenizer::FromGguf(**file);
   if (!tok.ok()) return Fail(tok.status());
-  std::string text = f.prompt;
+  // -p reads escapes as `generate -p` and llama-tokenize do, so both commands see the same text.
+  std::string text = f.escape ? ProcessEscapes(f.prompt) : f.prompt;
   if (f.from_stdin) text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   EncodeOptions eo;
   eo.add_bos = !f.no_bos;
@@ -41,10 +44,12 @@ Runner RegisterTokenize(CLI::App& app) {
   auto f = std::make_shared<TokenizeFlags>();
   CLI::App* sub = app.add_subcommand("tokenize", "Print the token ids of a text");
   sub->add_option("-m,--model", f->model, "Model or vocabulary GGUF")->required();
-  auto* p = sub->add_option("-p,--prompt", f->prompt, "Text to tokenize");
+  auto* p = sub->add_option("-p,--prompt", f->prompt, "Text to tokenize (escapes such as \\n are processed unless --no-escape)");
   auto* s = sub->add_flag("--stdin", f->from_stdin, "Read the text from standard input");
   p->excludes(s);
   sub->add_flag("--no-bos", f->no_bos, "Do not add BOS even if the vocabulary asks for it");
+  sub->add_flag("-e,--escape,!--no-escape", f->escape,
+                "Process escapes in -p (\\n \\r \\t \\' \\\" \\\\ \\xHH), as llama.cpp does; on by default");
   sub->add_flag("--parse-special", f->parse_special, "Recognise special tokens written as text");
   sub->callback([p, s] {
     if (p->count() == 0 && s->count() == 0) throw CLI::RequiredError("-p or --stdin");

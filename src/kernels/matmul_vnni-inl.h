@@ -53,6 +53,13 @@ DSPARK_VNNI_ATTR HWY_INLINE __m512 CvtI32(__m512i v) { return _mm512_maskz_cvtep
 DSPARK_VNNI_ATTR HWY_INLINE void DpbusdBcast(__m512i& acc, __m512i w, const int32_t* a) {
   __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
 }
+// acc += vpdpbusd(u, a) on ymm in its EVEX form (AVX-512 VNNI + VL). Highway 1.0.3's AVX3_DL
+// target string names avxvnni as well, so compilers encode _mm256_dpbusd_epi32 there as the VEX
+// form (AVX-VNNI), which AVX-512 VNNI CPUs without AVX-VNNI (Zen 4, Ice Lake) fault on.
+DSPARK_VNNI_ATTR HWY_INLINE __m256i Dpbusd256(__m256i acc, __m256i u, __m256i a) {
+  __asm__("%{evex%} vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(a));
+  return acc;
+}
 DSPARK_VNNI_ATTR HWY_INLINE float ReduceAdd(__m512 v) {
   const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
   const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
@@ -269,8 +276,8 @@ DSPARK_VNNI_ATTR inline void DotQ32Vnni(const Block* HWY_RESTRICT b, int64_t nbl
       __m256i init = _mm256_setzero_si256();
       if constexpr (kOffset != 0)
         init = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr[j] + 8 * i)), kShift);
-      const __m256i acc = _mm256_dpbusd_epi32(
-          init, u0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[j] + 32 * i)));
+      const __m256i acc =
+          Dpbusd256(init, u0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[j] + 32 * i)));
       f8[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(d0 * da[j][i]), f8[j]);
       if constexpr (kHasMin) fm[j] += m0 * asum[j][i];
     }
@@ -325,7 +332,7 @@ struct LaneVec<8> {
   static DSPARK_VNNI_ATTR HWY_INLINE F ZeroF() { return _mm256_setzero_ps(); }
   static DSPARK_VNNI_ATTR HWY_INLINE F SetF(float x) { return _mm256_set1_ps(x); }
   static DSPARK_VNNI_ATTR HWY_INLINE I SetI(int32_t x) { return _mm256_set1_epi32(x); }
-  static DSPARK_VNNI_ATTR HWY_INLINE I Dp(I acc, I u, I a) { return _mm256_dpbusd_epi32(acc, u, a); }
+  static DSPARK_VNNI_ATTR HWY_INLINE I Dp(I acc, I u, I a) { return Dpbusd256(acc, u, a); }
   static DSPARK_VNNI_ATTR HWY_INLINE F Cvt(I v) { return _mm256_cvtepi32_ps(v); }
   static DSPARK_VNNI_ATTR HWY_INLINE F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static DSPARK_VNNI_ATTR HWY_INLINE F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }

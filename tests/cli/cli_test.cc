@@ -175,6 +175,22 @@ TEST_F(Cli, ChatRendersTheTemplateAroundThePromptAndTheSystemMessage) {
   EXPECT_NE(no_chat.err.find("need --chat"), std::string::npos) << no_chat.err;
 }
 
+TEST_F(Cli, TokenizeReadsEscapesAsGenerateDoes) {
+  // `generate -p 'a\nb'` sees a newline; `tokenize -p` must tokenize the same text, or a check of
+  // one command against the other compares different prompts.
+  const CliRun real = Dspark("tokenize -m " + Model() + " -p " + ShellQuote("def f():\n    return 1\n"));
+  const CliRun escaped = Dspark("tokenize -m " + Model() + " -p " + ShellQuote("def f():\\n    return 1\\n"));
+  const CliRun literal = Dspark("tokenize -m " + Model() + " --no-escape -p " + ShellQuote("def f():\\n    return 1\\n"));
+  ASSERT_EQ(real.exit_code, 0) << real.err;
+  ASSERT_EQ(escaped.exit_code, 0) << escaped.err;
+  ASSERT_EQ(literal.exit_code, 0) << literal.err;
+  EXPECT_EQ(escaped.out, real.out);
+  EXPECT_NE(literal.out, real.out);
+  const CliRun gen = Dspark("generate -m " + Model() + " -p " + ShellQuote("def f():\\n    return 1\\n") + " -n 1 --json");
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  EXPECT_EQ(JsonInt(gen.out, "prompt_tokens"), static_cast<long>(std::count(real.out.begin(), real.out.end(), ',')) + 1);
+}
+
 TEST_F(Cli, BadPromptArgumentsAreClearErrors) {
   const CliRun none = Dspark("generate -m " + Model() + " -n 4");
   EXPECT_NE(none.exit_code, 0);
