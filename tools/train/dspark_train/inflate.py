@@ -25,10 +25,15 @@ output and FFN down projections are zero, while q/k/v and gate/up are random, N(
 a fixed seed, so that the block costs what a real one does (quantisation keeps zeros exact).
 
 The DSpark drafter (llama.cpp `dflash` layout) is as wide as its target (it embeds tokens with the
-target's table and reads out through the target's head), so it is tiled with the same map: fc's
-columns per tapped layer, conf_proj's hidden part, its blocks as the target's. Its taps move to the
+target's table and reads out through the target's head), so its residual stream is tiled with the
+same map: fc's columns per tapped layer, conf_proj's hidden part, the norms. Its taps move to the
 new index of the same original layer's output. It then drafts, for the inflated target, what it
-drafted for the small one. The Markov head (indexed by token ids) is unchanged.
+drafted for the small one. The Markov head (indexed by token ids) is unchanged. Its blocks keep
+their own heads and FFN neurons (dflash.attention.key_length says the head size, so heads x 64
+need not equal the width): q/k/v and gate/up consume the tiled stream (columns tiled / m), the
+attention output and FFN down produce it (rows tiled). A block then costs m times the small one's,
+what a drafter of that capacity costs at the target's width, and not m^2, which tiling its heads
+and neurons too would add for nothing (`--dspark-tile-blocks` writes that form, for comparison).
 
 An EAGLE-3 head (llama.cpp `eagle3`, `--eagle3`) keeps its own width: its taps move the same way,
 fc's input columns are tiled per tap / m (its output is the head's width), and it gets its own
@@ -345,8 +350,28 @@ def _inflate_block_tensor(suffix, a, m):
     return np.asarray(a)
 
 
-def dspark_writer(f, m, n_embd_target, pos, name, source_sha256):
-    """GGUFWriter of the DSpark drafter for the inflated target (same channel map, taps moved)."""
+# A drafter block whose heads and FFN neurons are kept: what consumes the residual stream, and what
+# produces it.
+_STREAM_CONSUMERS = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight"}
+_STREAM_PRODUCERS = {"attn_output.weight", "ffn_down.weight"}
+
+
+def _stream_block_tensor(suffix, a, m):
+    """(shape, producer) of a drafter block tensor with its heads and neurons kept."""
+    if suffix in _STREAM_CONSUMERS:
+        return (a.shape[0], a.shape[1] * m), lambda: tile_matrix(a, m, rows=False)
+    if suffix in _STREAM_PRODUCERS:
+        return (a.shape[0] * m, a.shape[1]), lambda: tile_matrix(a, m, cols=False)
+    if suffix in _TILED_VECTORS:
+        return (a.shape[0] * m,), lambda: tile_vector(a, m)
+    if suffix in _KEPT_VECTORS or suffix.endswith(".scale"):
+        return tuple(a.shape), lambda: np.asarray(a)
+    raise ValueError(f"no inflation rule for block tensor '{suffix}'")
+
+
+def dspark_writer(f, m, n_embd_target, pos, name, source_sha256, tile_blocks=False):
+    """GGUFWriter of the DSpark drafter for the inflated target (same channel map, taps moved). Its
+    blocks keep their heads and FFN neurons, or with tile_blocks are tiled as the target's are."""
     md = f.metadata
     if md.get("general.architecture") != "dflash":
         raise ValueError(f"{f.path}: architecture {md.get('general.architecture')!r}, expected dflash")
@@ -358,14 +383,18 @@ def dspark_writer(f, m, n_embd_target, pos, name, source_sha256):
         raise ValueError(f"{f.path}: dflash.target_layers {taps} reach past the target's {len(pos)} layers")
     new_taps = [tap_index(t, pos) for t in taps]
     w = gw.GGUFWriter()
+    block_mult = m if tile_blocks else 1
     _copy_metadata(w, f, {
         "general.name": name,
         "dflash.embedding_length": e * m,
-        "dflash.feed_forward_length": md["dflash.feed_forward_length"] * m,
-        "dflash.attention.head_count": md["dflash.attention.head_count"] * m,
-        "dflash.attention.head_count_kv": md["dflash.attention.head_count_kv"] * m,
+        "dflash.feed_forward_length": md["dflash.feed_forward_length"] * block_mult,
+        "dflash.attention.head_count": md["dflash.attention.head_count"] * block_mult,
+        "dflash.attention.head_count_kv": md["dflash.attention.head_count_kv"] * block_mult,
         "dflash.target_layers": new_taps,
     }, {
+        # Without them the head size would read as the new width over the kept head count.
+        **{f"dflash.attention.{k}_length": (gw.UINT32, e // md["dflash.attention.head_count"])
+           for k in ("key", "value") if f"dflash.attention.{k}_length" not in md},
         "dspark.inflate.source_sha256": (gw.STRING, source_sha256),
         "dspark.inflate.width_mult": (gw.UINT32, m),
     })
@@ -373,8 +402,10 @@ def dspark_writer(f, m, n_embd_target, pos, name, source_sha256):
     for n, a in T.items():
         kind, _, s = _split_block(n)
         gtype = info[n][1]
-        if kind:
+        if kind and tile_blocks:
             produce, shape = (lambda s=s, a=a: _inflate_block_tensor(s, a, m)), _inflated_block_shape(s, a.shape, m)
+        elif kind:
+            shape, produce = _stream_block_tensor(s, a, m)
         elif n == "fc.weight":
             produce, shape = (lambda a=a: tile_fc(a, m, len(taps))), (a.shape[0] * m, a.shape[1] * m)
         elif n in ("enc.output_norm.weight", "output_norm.weight"):
@@ -473,6 +504,8 @@ def main(argv=None):
     ap.add_argument("--name", help="general.name of the inflated target (default: the source's, with the shape)")
     ap.add_argument("--dspark", help=f"also convert this DSpark drafter (dflash GGUF, e.g. {DSPARK_GGUF.name})")
     ap.add_argument("--dspark-out", help="where the converted drafter goes (with --dspark)")
+    ap.add_argument("--dspark-tile-blocks", action="store_true", help="tile the drafter's heads and FFN neurons "
+                    "as well (m^2 its blocks' cost for the same function; default: they are kept)")
     ap.add_argument("--eagle3", help=f"also convert this EAGLE-3 head (eagle3 GGUF, e.g. {EAGLE3_GGUF.name})")
     ap.add_argument("--eagle3-out", help="where the converted EAGLE-3 head goes (with --eagle3)")
     a = ap.parse_args(argv)
@@ -512,7 +545,8 @@ def main(argv=None):
     if a.dspark:
         d = gguf_reader.read(a.dspark)
         dname = f"{d.metadata.get('general.name', 'dspark')}-{tag}"
-        dw, taps = dspark_writer(d, m, f.metadata["qwen3.embedding_length"], pos, dname, _sha256(a.dspark))
+        dw, taps = dspark_writer(d, m, f.metadata["qwen3.embedding_length"], pos, dname, _sha256(a.dspark),
+                                 tile_blocks=a.dspark_tile_blocks)
         print(f"inflate: {a.dspark}: taps {list(d.metadata['dflash.target_layers'])} -> {taps}",
               file=sys.stderr, flush=True)
         digests.append((_write(dw, a.dspark_out, f"inflate {Path(a.dspark_out).name}"), a.dspark_out))

@@ -119,6 +119,10 @@ class TestInflateBundled(unittest.TestCase):
         cls.target, cls.dspark = run_inflate(cls.tmp.name, "--width-mult", "2", "--blocks", "11",
                                              eagle3=cls.eagle3_src)
         cls.eagle3 = os.path.join(cls.tmp.name, "eagle3.gguf")
+        # The drafter with its heads and neurons tiled too (--dspark-tile-blocks).
+        cls.dspark_tiled = os.path.join(cls.tmp.name, "dspark-tiled.gguf")
+        assert inflate.main(["--target", str(TARGET_GGUF), "--width-mult", "2", "--blocks", "11", "--dspark",
+                             str(DSPARK_GGUF), "--dspark-out", cls.dspark_tiled, "--dspark-tile-blocks"]) == 0
         cls.seqs = held_out()
 
     @classmethod
@@ -154,10 +158,21 @@ class TestInflateBundled(unittest.TestCase):
         d = gguf_reader.read(self.dspark).metadata
         self.assertEqual(d["dflash.target_layers"], [2, 7, 10])  # [2, 5, 7] of the original layers
         self.assertEqual(d["dflash.embedding_length"], 768)
-        self.assertEqual(d["dflash.feed_forward_length"], 2048)
-        self.assertEqual(d["dflash.attention.head_count"], 12)
-        self.assertEqual(d["dflash.attention.head_count_kv"], 4)
+        # The drafter's blocks keep their heads and FFN neurons; only the residual stream widens.
+        self.assertEqual(d["dflash.feed_forward_length"], 1024)
+        self.assertEqual(d["dflash.attention.head_count"], 6)
+        self.assertEqual(d["dflash.attention.head_count_kv"], 2)
+        self.assertEqual(d["dflash.attention.key_length"], 64)
         self.assertEqual(d["dflash.block_count"], 2)
+        info = gguf_reader.read(self.dspark).tensor_info
+        self.assertEqual(info["blk.0.attn_q.weight"][0], [768, 384])     # ne = [in, out]
+        self.assertEqual(info["blk.0.attn_output.weight"][0], [384, 768])
+        self.assertEqual(info["blk.1.ffn_down.weight"][0], [1024, 768])
+        t = gguf_reader.read(self.dspark_tiled)
+        self.assertEqual(t.metadata["dflash.feed_forward_length"], 2048)
+        self.assertEqual(t.metadata["dflash.attention.head_count"], 12)
+        self.assertEqual(t.metadata["dflash.attention.head_count_kv"], 4)
+        self.assertEqual(t.tensor_info["blk.0.attn_q.weight"][0], [768, 768])
 
     def test_next_token_distribution_matches_on_held_out_text(self):
         for ids in self.seqs:
@@ -180,7 +195,8 @@ class TestInflateBundled(unittest.TestCase):
     def test_drafter_drafts_the_same_for_the_inflated_target(self):
         """DSpark.draft (PyTorch) from float64 target taps: the same tokens and confidences."""
         torch.set_num_threads(2)
-        small_d, big_d = eval_drafters.load_dspark(DSPARK_GGUF), eval_drafters.load_dspark(self.dspark)
+        small_d = eval_drafters.load_dspark(DSPARK_GGUF)
+        bigs = [eval_drafters.load_dspark(p) for p in (self.dspark, self.dspark_tiled)]
         small_f, big_f = gguf_reader.read(TARGET_GGUF), gguf_reader.read(self.target)
         small_emb = torch.tensor(np.asarray(small_f.tensors["token_embd.weight"], dtype=np.float32))
         big_emb = torch.tensor(np.asarray(big_f.tensors["token_embd.weight"], dtype=np.float32))
@@ -195,12 +211,13 @@ class TestInflateBundled(unittest.TestCase):
             feats_b = torch.tensor(np.concatenate([tb[t] for t in big_taps], -1)[None], dtype=torch.float32)
             for p in range(16, len(ids), 24):
                 toks_s, conf_s, z_s = small_d.draft(small_emb, feats_s[:, :p], ids[p], p)
-                toks_b, conf_b, z_b = big_d.draft(big_emb, feats_b[:, :p], ids[p], p, head_weight=big_head)
-                self.assertEqual(toks_s, toks_b, f"anchor at {p}")
-                np.testing.assert_allclose(conf_s, conf_b, atol=1e-4)
-                np.testing.assert_allclose(z_s.numpy(), z_b.numpy(), atol=2e-3)
-                n_drafts += 1
-        self.assertGreaterEqual(n_drafts, 10)
+                for big_d in bigs:
+                    toks_b, conf_b, z_b = big_d.draft(big_emb, feats_b[:, :p], ids[p], p, head_weight=big_head)
+                    self.assertEqual(toks_s, toks_b, f"anchor at {p}")
+                    np.testing.assert_allclose(conf_s, conf_b, atol=1e-4)
+                    np.testing.assert_allclose(z_s.numpy(), z_b.numpy(), atol=2e-3)
+                    n_drafts += 1
+        self.assertGreaterEqual(n_drafts, 20)
 
     def test_eagle3_layout(self):
         src, f = gguf_reader.read(self.eagle3_src), gguf_reader.read(self.eagle3)
