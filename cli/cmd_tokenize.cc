@@ -25,9 +25,10 @@ int RunTokenize(const TokenizeFlags& f) {
   if (!file.ok()) return Fail(file.status());
   auto tok = Tokenizer::FromGguf(**file);
   if (!tok.ok()) return Fail(tok.status());
-  // -p reads escapes as `generate -p` and llama-tokenize do, so both commands see the same text.
-  std::string text = f.escape ? ProcessEscapes(f.prompt) : f.prompt;
+  std::string text;
   if (f.from_stdin) text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  // -p reads escapes as `generate -p` and llama-tokenize do, so both commands see the same text.
+  else text = f.escape ? ProcessEscapes(f.prompt) : f.prompt;
   EncodeOptions eo;
   eo.add_bos = !f.no_bos;
   eo.add_eos = false;

@@ -92,8 +92,10 @@ _KEPT_VECTORS = {"attn_q_norm.weight", "attn_k_norm.weight"}
 # Every block matrix maps tiled dimensions to tiled dimensions: rows tiled, columns tiled / m.
 _MATRICES = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
              "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}
-# An identity block writes nothing into the residual stream.
-_ZERO_IN_IDENTITY = {"attn_output.weight", "ffn_down.weight"}
+# The block matrices that write the residual stream (the rest read it). An identity block writes
+# nothing into it: these are zero there.
+_STREAM_WRITERS = {"attn_output.weight", "ffn_down.weight"}
+_ZERO_IN_IDENTITY = _STREAM_WRITERS
 # Sparse upcycling: each dense FFN matrix becomes the stack of its expert copies (llama.cpp's names).
 _EXPERT_OF = {"ffn_gate.weight": "ffn_gate_exps.weight", "ffn_up.weight": "ffn_up_exps.weight",
               "ffn_down.weight": "ffn_down_exps.weight"}
@@ -332,9 +334,19 @@ def target_writer(f, m, n_blocks, seed, name, source_sha256, n_expert=0, n_used=
     return w, pos
 
 
-def _inflated_block_shape(suffix, shape, m):
+def _matrix_tiling(suffix, keep_inner):
+    """(rows tiled, columns tiled) of a block matrix. keep_inner: heads and FFN neurons are kept,
+    only the residual stream is tiled (a reader's columns, a writer's rows)."""
+    if not keep_inner:
+        return True, True
+    writes = suffix in _STREAM_WRITERS
+    return writes, not writes
+
+
+def _inflated_block_shape(suffix, shape, m, keep_inner=False):
     if suffix in _MATRICES:
-        return (shape[0] * m, shape[1] * m)
+        rows, cols = _matrix_tiling(suffix, keep_inner)
+        return (shape[0] * (m if rows else 1), shape[1] * (m if cols else 1))
     if suffix in _TILED_VECTORS:
         return (shape[0] * m,)
     if suffix in _KEPT_VECTORS or suffix.endswith(".scale"):
@@ -342,31 +354,13 @@ def _inflated_block_shape(suffix, shape, m):
     raise ValueError(f"no inflation rule for block tensor '{suffix}'")
 
 
-def _inflate_block_tensor(suffix, a, m):
+def _inflate_block_tensor(suffix, a, m, keep_inner=False):
     if suffix in _MATRICES:
-        return tile_matrix(a, m)
+        rows, cols = _matrix_tiling(suffix, keep_inner)
+        return tile_matrix(a, m, rows=rows, cols=cols)
     if suffix in _TILED_VECTORS:
         return tile_vector(a, m)
     return np.asarray(a)
-
-
-# A drafter block whose heads and FFN neurons are kept: what consumes the residual stream, and what
-# produces it.
-_STREAM_CONSUMERS = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight"}
-_STREAM_PRODUCERS = {"attn_output.weight", "ffn_down.weight"}
-
-
-def _stream_block_tensor(suffix, a, m):
-    """(shape, producer) of a drafter block tensor with its heads and neurons kept."""
-    if suffix in _STREAM_CONSUMERS:
-        return (a.shape[0], a.shape[1] * m), lambda: tile_matrix(a, m, rows=False)
-    if suffix in _STREAM_PRODUCERS:
-        return (a.shape[0] * m, a.shape[1]), lambda: tile_matrix(a, m, cols=False)
-    if suffix in _TILED_VECTORS:
-        return (a.shape[0] * m,), lambda: tile_vector(a, m)
-    if suffix in _KEPT_VECTORS or suffix.endswith(".scale"):
-        return tuple(a.shape), lambda: np.asarray(a)
-    raise ValueError(f"no inflation rule for block tensor '{suffix}'")
 
 
 def dspark_writer(f, m, n_embd_target, pos, name, source_sha256, tile_blocks=False):
@@ -402,10 +396,10 @@ def dspark_writer(f, m, n_embd_target, pos, name, source_sha256, tile_blocks=Fal
     for n, a in T.items():
         kind, _, s = _split_block(n)
         gtype = info[n][1]
-        if kind and tile_blocks:
-            produce, shape = (lambda s=s, a=a: _inflate_block_tensor(s, a, m)), _inflated_block_shape(s, a.shape, m)
-        elif kind:
-            shape, produce = _stream_block_tensor(s, a, m)
+        if kind:
+            keep = not tile_blocks
+            produce = lambda s=s, a=a, keep=keep: _inflate_block_tensor(s, a, m, keep)
+            shape = _inflated_block_shape(s, a.shape, m, keep)
         elif n == "fc.weight":
             produce, shape = (lambda a=a: tile_fc(a, m, len(taps))), (a.shape[0] * m, a.shape[1] * m)
         elif n in ("enc.output_norm.weight", "output_norm.weight"):
