@@ -55,9 +55,10 @@ DSPARK_VNNI_ATTR HWY_INLINE void DpbusdBcast(__m512i& acc, __m512i w, const int3
 }
 // acc += vpdpbusd(u, a) on ymm in its EVEX form (AVX-512 VNNI + VL). Highway 1.0.3's AVX3_DL
 // target string names avxvnni as well, so compilers encode _mm256_dpbusd_epi32 there as the VEX
-// form (AVX-VNNI), which AVX-512 VNNI CPUs without AVX-VNNI (Zen 4, Ice Lake) fault on.
+// form (AVX-VNNI), which AVX-512 VNNI CPUs without AVX-VNNI (Zen 4, Ice Lake) fault on. "vm" lets
+// the compiler fold a load of `a` into the instruction, as it does for the intrinsic.
 DSPARK_VNNI_ATTR HWY_INLINE __m256i Dpbusd256(__m256i acc, __m256i u, __m256i a) {
-  __asm__("%{evex%} vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(a));
+  __asm__("%{evex%} vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "vm"(a));
   return acc;
 }
 DSPARK_VNNI_ATTR HWY_INLINE float ReduceAdd(__m512 v) {
