@@ -295,6 +295,24 @@ int RunSpecBench(const SpecBenchFlags& f) {
     taus.y.push_back(t.tau());
     base.y.push_back(plain_totals.tok_s());
   }
+  // Acceptance per draft position: of the drafts that proposed a token i, the share whose token i
+  // was kept (so the chain's first i+1 tokens were). Drafters compare here independent of the
+  // lengths their schedules chose.
+  std::printf("\nacceptance per draft position (kept / drafted)\n");
+  for (size_t gi = 0; gi < rows.size(); ++gi) {
+    const SpecStats& s = rows[gi].spec;
+    std::vector<double> rate(s.drafted_per_pos.size());
+    std::string line;
+    for (size_t i = 0; i < rate.size(); ++i) {
+      rate[i] = s.drafted_per_pos[i] ? double(s.accepted_per_pos[i]) / double(s.drafted_per_pos[i]) : 0;
+      line += fmt::format(" {:.2f}", rate[i]);
+    }
+    std::printf("%-32s%s\n", name_of(grid[gi]).c_str(), line.c_str());
+    auto& row = j["settings"][gi];
+    row["acceptance_per_position"] = rate;
+    row["drafted_per_position"] = s.drafted_per_pos;
+    row["accepted_per_position"] = s.accepted_per_pos;
+  }
   j["best"] = name_of(grid[best]);
   plot.series = {base, tps, taus};
   plot.highlight_series = 1;

@@ -2,6 +2,7 @@
 // Covers what the libraries' tests cannot see: how a prompt reaches the engine (-p with llama.cpp's
 // escapes, -f), and what bad invocations print.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
 
@@ -221,6 +222,52 @@ TEST_F(Cli, AKvCacheBeyondTheMachinesMemoryIsAClearErrorAtStart) {
   EXPECT_EQ(r.exit_code, 1) << r.err;  // an exit, not a signal (-1)
   EXPECT_NE(r.err.find("out of memory"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("lower -c or --parallel"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, BenchSpecReportsAcceptancePerDraftPosition) {
+  // bench --spec on the bundled target, 2 prompts, fixed 4-token drafts. An oracle drafter
+  // (synthetic, every token the target's) keeps every position; one that is always wrong keeps
+  // none; the draft model's counts must add up to its totals, position by position.
+  const std::string prompts = ShellQuote(std::string(DSPARK_SOURCE_DIR) + "/bench/prompts/code-completion.jsonl");
+  auto bench = [&](const std::string& drafter, const std::string& out) {
+    const CliRun r = Dspark("bench --spec -m " + Model() + " --prompts " + prompts +
+                            " --max-prompts 2 -n 24 -r 1 -t 1 --sweep adaptive=0 --sweep cost=0 --spec-draft-n-max 4 " +
+                            drafter + " -o " + ShellQuote((dir_ / out).string()));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("acceptance per draft position"), std::string::npos) << r.out;
+    return nlohmann::json::parse(ReadAll(dir_ / (out + ".json")));
+  };
+  for (const auto& [accept, rate] : {std::pair{"1", 1.0}, std::pair{"0", 0.0}}) {
+    const auto j = bench(std::string("--spec-type synthetic --spec-synthetic-accept ") + accept, "synthetic");
+    const auto& s = j["settings"].at(0);
+    ASSERT_EQ(s["acceptance_per_position"].size(), 4u) << s.dump();
+    for (double a : s["acceptance_per_position"]) EXPECT_DOUBLE_EQ(a, rate) << s.dump();
+    EXPECT_EQ(s["identical"], 2);
+  }
+  const auto j = bench("--spec-type draft-simple -md " +
+                           ShellQuote(std::string(DSPARK_SOURCE_DIR) + "/models/ref-draft.gguf"), "draft");
+  const auto& s = j["settings"].at(0);
+  const auto& drafted = s["drafted_per_position"];
+  const auto& kept = s["accepted_per_position"];
+  const auto& rate = s["acceptance_per_position"];
+  ASSERT_EQ(drafted.size(), 4u) << s.dump();
+  ASSERT_EQ(kept.size(), 4u);
+  EXPECT_EQ(drafted[0].get<int64_t>(), s["drafts"].get<int64_t>());
+  int64_t sum_drafted = 0, sum_kept = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    sum_drafted += drafted[i].get<int64_t>();
+    sum_kept += kept[i].get<int64_t>();
+    EXPECT_LE(kept[i].get<int64_t>(), drafted[i].get<int64_t>());
+    if (i > 0) {
+      EXPECT_LE(kept[i].get<int64_t>(), kept[i - 1].get<int64_t>());  // keeping i keeps i-1
+    }
+    EXPECT_NEAR(rate[i].get<double>(), double(kept[i].get<int64_t>()) / double(drafted[i].get<int64_t>()), 1e-9);
+  }
+  EXPECT_EQ(sum_drafted, s["drafted"].get<int64_t>());
+  EXPECT_EQ(sum_kept, s["accepted"].get<int64_t>());
+  EXPECT_GT(sum_kept, 0);
+  EXPECT_LT(sum_kept, sum_drafted);
+  EXPECT_EQ(s["identical"], 2);
 }
 
 }  // namespace

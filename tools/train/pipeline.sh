@@ -150,7 +150,7 @@ for stage in "$@"; do
         --seed 23 --temperature 0.7
       POOL="$TD/target2-gen-greedy,$TD/target2-gen-greedy,$TD/target2-gen"
       nice -n 19 $DT train-dspark --init models/ref-dspark.gguf --grow 4 --data "$POOL" --out "$TD/dspark-deeper" \
-        --steps 2400 --lr 3e-4 --resume
+        --steps 1600 --lr 3e-4 --resume
       $DT export-dspark --ckpt "$TD/dspark-deeper/ckpt.pt" --out "$TD/dspark-deeper.gguf"
       $DT eval-drafters --dspark "$TD/dspark-deeper.gguf" --n-prompts 64
       $DT eval-drafters --dspark models/ref-dspark.gguf --n-prompts 64 ;;
