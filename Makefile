@@ -59,7 +59,7 @@ BENCH_MODELS := $(addprefix $(Q8)/,ref-target-1.7b-Q4_K_M.gguf ref-target-1.7b-Q
 # width x2, 34 blocks, 64 copies of each FFN as experts, 8 used; 10.3 B parameters, 1.35 B active).
 # The F16 intermediate (21 GB) is deleted after quantising; the single-threaded quantiser sets the
 # build time.
-BENCH_MODELS_MOE := $(Q8)/ref-target-moe-Q4_K_M.gguf
+BENCH_MODELS_MOE := $(addprefix $(Q8)/,ref-target-moe-Q4_K_M.gguf ref-dspark-moe-Q8_0.gguf)
 
 .PHONY: all deps configure build drafters run test test-asan bench bench-models bench-models-moe tsan fuzz soak clean
 
@@ -122,6 +122,14 @@ $(Q8)/ref-target-moe-F16.gguf: models/ref-target.gguf $(INFLATE_SRC)
 
 $(Q8)/ref-target-moe-Q4_K_M.gguf: $(Q8)/ref-target-moe-F16.gguf $(QUANTIZER_SRC) | $(DSPARK)
 	@$(DSPARK) quantize $< $@.tmp Q4_K_M && mv $@.tmp $@
+
+# The DSpark drafter for the mixture: the same map as the target's (width x2, taps to the original
+# layers among 34 blocks), so it drafts for it what it drafts for the bundled target.
+$(Q8)/ref-dspark-moe-F16.gguf: models/ref-dspark.gguf models/ref-target.gguf $(INFLATE_SRC)
+	@$(INFLATE_CMD) --shape moe --target models/ref-target.gguf --dspark $< --dspark-out $@
+
+$(Q8)/ref-dspark-moe-Q8_0.gguf: $(Q8)/ref-dspark-moe-F16.gguf $(QUANTIZER_SRC) | $(DSPARK)
+	@$(DSPARK) quantize $< $@.tmp Q8_0 && mv $@.tmp $@
 
 .INTERMEDIATE: $(Q8)/ref-target-moe-F16.gguf
 

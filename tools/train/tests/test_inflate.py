@@ -310,7 +310,7 @@ class TestInflateMoe(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.target, _ = run_inflate(cls.tmp.name, *cls.ARGS, dspark=False)
+        cls.target, cls.dspark = run_inflate(cls.tmp.name, *cls.ARGS)
         cls.seqs = held_out()
 
     @classmethod
@@ -365,7 +365,8 @@ class TestInflateMoe(unittest.TestCase):
 
     def test_engine_generates_what_the_small_target_does(self):
         """build/bin/dspark on the upcycled F16 file: the bundled target's greedy tokens, also
-        speculatively with the unchanged draft model."""
+        speculatively with the unchanged draft model and with the DSpark drafter converted with the
+        target's map."""
         prompt = 'def fibonacci(n):\\n    """Return the n-th Fibonacci number."""\\n'
         small, big = generate_json(TARGET_GGUF, prompt), generate_json(self.target, prompt)
         self.assertEqual(small["ids"], big["ids"])
@@ -373,6 +374,10 @@ class TestInflateMoe(unittest.TestCase):
                              "--spec-draft-n-max", "4")
         self.assertEqual(spec["ids"], big["ids"])
         self.assertGreater(spec["stats"]["accepted"], 0)
+        dspark = generate_json(self.target, prompt, "-md", self.dspark, "--spec-type", "draft-dspark",
+                               "--spec-schedule", "cut", "--spec-draft-n-max", "4")
+        self.assertEqual(dspark["ids"], big["ids"])
+        self.assertGreater(dspark["stats"]["accepted"], 0)
 
     def test_router_is_seeded_and_the_named_shape_is_what_the_docs_say(self):
         f = gguf_reader.read(TARGET_GGUF)
