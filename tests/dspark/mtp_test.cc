@@ -71,6 +71,8 @@ class Mtp : public testing::TapDrafterTest {
     }
     return chain;
   }
+
+  void ExpectOtherDrafterLossless(const std::string& type);
 };
 
 TEST_F(Mtp, ChainsAreTheBlocksOwn) {
@@ -128,47 +130,54 @@ TEST_F(Mtp, GreedyEqualsPlainForEveryPromptAndDraftLength) {
 // The other tap drafters on the same deepseek2 target, as the comparison of MTP, EAGLE-3 and DSpark
 // on one DeepSeek model runs them: greedy output equal to plain decoding, sampled output equal to
 // plain sampling in distribution.
-TEST_F(Mtp, DSparkAndEagle3DraftForTheDeepseekTargetLosslessly) {
+// The other block and autoregressive drafters on the same DeepSeek target: greedy token for token
+// at several lengths, and sampling against the exact distribution. One test per drafter, so that
+// the two (each minutes long under the sanitizers) run side by side.
+void Mtp::ExpectOtherDrafterLossless(const std::string& type) {
   auto f = gguf::File::Open(target_path_);
   ASSERT_TRUE(f.ok());
-  const std::string dspark = testing::TempPath("mtp_test_dspark.gguf");
-  const std::string eagle3 = testing::TempPath("mtp_test_eagle3.gguf");
-  ASSERT_TRUE(testing::WriteDflash(testing::DflashSpec{}, **f, dspark).ok());
-  ASSERT_TRUE(testing::WriteEagle3(testing::Eagle3Spec{}, **f, eagle3).ok());
-  const int n = 24;
-  for (const auto& [type, path] : {std::pair<std::string, std::string>{"draft-dspark", dspark}, {"draft-eagle3", eagle3}}) {
-    auto create = [&, &type = type, &path = path] {
-      DrafterConfig cfg;
-      cfg.type = type;
-      cfg.draft_model = path;
-      return CreateDrafter(cfg, *target_.model, *target_.tok, pool_, 256);
-    };
-    for (int variant = 0; variant < 2; ++variant) {
-      const auto prompt = Prompt(variant);
-      const auto want = ReferenceGreedy(*target_.model, pool_, prompt, n);
-      for (int n_max : {1, 3, 8}) {
-        auto d = create();
-        ASSERT_TRUE(d.ok()) << type << ": " << d.status().message();
-        ScheduleOptions so;
-        so.n_max = n_max;
-        const GenerateResult r = Run(d->get(), prompt, n, so);
-        ASSERT_EQ(r.ids, want) << type << " n_max " << n_max << " prompt " << variant;
-        EXPECT_GT(r.stats.num_draft_tokens, 0) << type;
-        EXPECT_EQ(r.stats.num_fallbacks, 0) << type;
-      }
-    }
-    auto d = create();
-    ASSERT_TRUE(d.ok());
-    SCOPED_TRACE(type);
-    // At a high temperature: the random target is too sure of its tokens for a random head's
-    // samples to be accepted at 1.
-    ScheduleOptions so;
-    so.n_max = 2;
-    SpeculativeEngine engine(*target_.model, *target_.tok, pool_, 64, d->get(), so);
-    testing::ExpectSpeculativeSamplingMatchesTarget(*target_.model, pool_, engine, {1, 5, 9}, testing::Sampling(3.0f),
-                                                    so.n_max + 3);
+  const std::string path = testing::TempPath("mtp_test_" + type + ".gguf");
+  if (type == "draft-dspark") {
+    ASSERT_TRUE(testing::WriteDflash(testing::DflashSpec{}, **f, path).ok());
+  } else {
+    ASSERT_TRUE(testing::WriteEagle3(testing::Eagle3Spec{}, **f, path).ok());
   }
+  auto create = [&] {
+    DrafterConfig cfg;
+    cfg.type = type;
+    cfg.draft_model = path;
+    return CreateDrafter(cfg, *target_.model, *target_.tok, pool_, 256);
+  };
+  const int n = 24;
+  for (int variant = 0; variant < 2; ++variant) {
+    const auto prompt = Prompt(variant);
+    const auto want = ReferenceGreedy(*target_.model, pool_, prompt, n);
+    for (int n_max : {1, 3, 8}) {
+      auto d = create();
+      ASSERT_TRUE(d.ok()) << type << ": " << d.status().message();
+      ScheduleOptions so;
+      so.n_max = n_max;
+      const GenerateResult r = Run(d->get(), prompt, n, so);
+      ASSERT_EQ(r.ids, want) << type << " n_max " << n_max << " prompt " << variant;
+      EXPECT_GT(r.stats.num_draft_tokens, 0) << type;
+      EXPECT_EQ(r.stats.num_fallbacks, 0) << type;
+    }
+  }
+  auto d = create();
+  ASSERT_TRUE(d.ok());
+  SCOPED_TRACE(type);
+  // At a high temperature: the random target is too sure of its tokens for a random head's
+  // samples to be accepted at 1.
+  ScheduleOptions so;
+  so.n_max = 2;
+  SpeculativeEngine engine(*target_.model, *target_.tok, pool_, 64, d->get(), so);
+  testing::ExpectSpeculativeSamplingMatchesTarget(*target_.model, pool_, engine, {1, 5, 9}, testing::Sampling(3.0f),
+                                                  so.n_max + 3);
 }
+
+TEST_F(Mtp, DSparkDraftsForTheDeepseekTargetLosslessly) { ExpectOtherDrafterLossless("draft-dspark"); }
+
+TEST_F(Mtp, Eagle3DraftsForTheDeepseekTargetLosslessly) { ExpectOtherDrafterLossless("draft-eagle3"); }
 
 TEST_F(Mtp, BatchedProposalsEqualProposalsOneAtATime) {
   ExpectBatchedProposalsEqualSingle([&] { return Create(); }, "draft-mtp", FullBudgets, ExpectFullBudget);
