@@ -301,15 +301,12 @@ int RunSpecBench(const SpecBenchFlags& f) {
   std::printf("\nacceptance per draft position (kept / drafted)\n");
   for (size_t gi = 0; gi < rows.size(); ++gi) {
     const SpecStats& s = rows[gi].spec;
-    std::vector<double> rate(s.drafted_per_pos.size());
+    const std::vector<double> kept = s.kept_per_position();
     std::string line;
-    for (size_t i = 0; i < rate.size(); ++i) {
-      rate[i] = s.drafted_per_pos[i] ? double(s.accepted_per_pos[i]) / double(s.drafted_per_pos[i]) : 0;
-      line += fmt::format(" {:.2f}", rate[i]);
-    }
+    for (double k : kept) line += fmt::format(" {:.2f}", k);
     std::printf("%-32s%s\n", name_of(grid[gi]).c_str(), line.c_str());
     auto& row = j["settings"][gi];
-    row["acceptance_per_position"] = rate;
+    row["kept_per_position"] = kept;
     row["drafted_per_position"] = s.drafted_per_pos;
     row["accepted_per_position"] = s.accepted_per_pos;
   }

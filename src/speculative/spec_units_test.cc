@@ -44,6 +44,10 @@ TEST(SpecStats, ArithmeticOnScriptedSteps) {
   EXPECT_EQ(s.drafted_per_pos, (std::vector<int64_t>{3, 3, 2, 2}));
   const auto per_pos = s.acceptance_per_position();
   EXPECT_DOUBLE_EQ(per_pos[0], 2.0 / 3.0);
+  // Kept per position counts only the drafts that reached it: the 2-token draft is not among
+  // position 3's.
+  EXPECT_EQ(s.kept_per_position(), (std::vector<double>{2.0 / 3.0, 2.0 / 3.0, 1.0 / 2.0, 1.0 / 2.0}));
+  EXPECT_DOUBLE_EQ(per_pos[2], 1.0 / 3.0);
   // Calibration counts only the one draft that carried predictions (lookup drafts carry none).
   const auto cal = s.calibration();
   ASSERT_EQ(cal.size(), 4u);

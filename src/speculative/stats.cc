@@ -76,6 +76,13 @@ std::vector<double> SpecStats::acceptance_per_position() const {
   return out;
 }
 
+std::vector<double> SpecStats::kept_per_position() const {
+  std::vector<double> out(drafted_per_pos.size());
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = drafted_per_pos[i] ? double(accepted_per_pos[i]) / double(drafted_per_pos[i]) : 0;
+  return out;
+}
+
 std::vector<SpecStats::SlotCalibration> SpecStats::calibration() const {
   std::vector<SlotCalibration> out(predicted_per_pos.size());
   for (size_t i = 0; i < out.size(); ++i) {

@@ -2,7 +2,8 @@
 // (CLI, server metrics, bench) format them. Conventions: acceptance rate = accepted / drafted (the
 // chain's tokens); mean acceptance length tau = 1 + (accepted + leaves accepted) / drafts, the
 // tokens a step commits (the bonus token counted, as vLLM and llama.cpp do); per-position rate =
-// accepted_per_pos[i] / drafts.
+// accepted_per_pos[i] / drafts; kept rate per position = accepted_per_pos[i] / drafted_per_pos[i]
+// (of the drafts that reached position i, independent of the lengths a schedule chose).
 #pragma once
 
 #include <cstdint>
@@ -57,6 +58,7 @@ struct SpecStats {
   double tokens_per_second() const { return decode_ms > 0 ? generated_tokens * 1000.0 / decode_ms : 0; }
   double prompt_tokens_per_second() const { return prompt_ms > 0 ? prompt_tokens * 1000.0 / prompt_ms : 0; }
   std::vector<double> acceptance_per_position() const;  // accepted_per_pos[i] / num_drafts
+  std::vector<double> kept_per_position() const;        // accepted_per_pos[i] / drafted_per_pos[i]
   // Per slot, over the drafts that carried a prediction for it: the mean predicted survival and how
   // often the slot survived. Empty when no draft carried one.
   struct SlotCalibration {

@@ -240,8 +240,8 @@ TEST_F(Cli, BenchSpecReportsAcceptancePerDraftPosition) {
   for (const auto& [accept, rate] : {std::pair{"1", 1.0}, std::pair{"0", 0.0}}) {
     const auto j = bench(std::string("--spec-type synthetic --spec-synthetic-accept ") + accept, "synthetic");
     const auto& s = j["settings"].at(0);
-    ASSERT_EQ(s["acceptance_per_position"].size(), 4u) << s.dump();
-    for (double a : s["acceptance_per_position"]) EXPECT_DOUBLE_EQ(a, rate) << s.dump();
+    ASSERT_EQ(s["kept_per_position"].size(), 4u) << s.dump();
+    for (double a : s["kept_per_position"]) EXPECT_DOUBLE_EQ(a, rate) << s.dump();
     EXPECT_EQ(s["identical"], 2);
   }
   const auto j = bench("--spec-type draft-simple -md " +
@@ -249,7 +249,7 @@ TEST_F(Cli, BenchSpecReportsAcceptancePerDraftPosition) {
   const auto& s = j["settings"].at(0);
   const auto& drafted = s["drafted_per_position"];
   const auto& kept = s["accepted_per_position"];
-  const auto& rate = s["acceptance_per_position"];
+  const auto& rate = s["kept_per_position"];
   ASSERT_EQ(drafted.size(), 4u) << s.dump();
   ASSERT_EQ(kept.size(), 4u);
   EXPECT_EQ(drafted[0].get<int64_t>(), s["drafts"].get<int64_t>());

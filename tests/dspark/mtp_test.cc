@@ -128,11 +128,9 @@ TEST_F(Mtp, GreedyEqualsPlainForEveryPromptAndDraftLength) {
 }
 
 // The other tap drafters on the same deepseek2 target, as the comparison of MTP, EAGLE-3 and DSpark
-// on one DeepSeek model runs them: greedy output equal to plain decoding, sampled output equal to
-// plain sampling in distribution.
-// The other block and autoregressive drafters on the same DeepSeek target: greedy token for token
-// at several lengths, and sampling against the exact distribution. One test per drafter, so that
-// the two (each minutes long under the sanitizers) run side by side.
+// on one DeepSeek model runs them: greedy output equal to plain decoding at several lengths, sampled
+// output equal to plain sampling in distribution. One test per drafter, so that the two (each
+// minutes long under the sanitizers) run side by side.
 void Mtp::ExpectOtherDrafterLossless(const std::string& type) {
   auto f = gguf::File::Open(target_path_);
   ASSERT_TRUE(f.ok());
