@@ -129,8 +129,8 @@ int RunPlainBench(const BenchFlags& f) {
   std::vector<double> prefill, decode;
   std::map<int, std::vector<double>> verify;
   constexpr int kVerifyRuns = 8;
-  // Every k a draft of up to 8 tokens verifies (anchor + draft), then wider blocks.
-  const int ks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16};
+  // Every k a draft of up to 8 tokens verifies (anchor + draft), then wider blocks and token trees.
+  const int ks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32};
   for (int rep = 0; rep < f.reps; ++rep) {
     cache.Clear(0);
     double t0 = NowMs();
@@ -267,11 +267,12 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_flag("--spec", *spec, "Plain decoding and a grid of speculative settings on the same prompts");
   AddDrafterFlags(sub, &sf->drafter, "draft-simple | draft-dspark | draft-dflash | draft-eagle3 | draft-mtp | ngram | synthetic", /*synthetic=*/true);
   sub->add_option("--prompts", sf->prompts_file, "JSONL file of {\"prompt\": ...} objects");
-  sub->add_option("--sweep", sf->sweeps, "Grid axis: n-max=3,5,7,9 | p-min=0,0.5 | n-min=0,2 | adaptive=0,1 | cost=0,1 | branches=0,1,2 (repeatable)");
+  sub->add_option("--sweep", sf->sweeps, "Grid axis: n-max=3,5,7,9 | p-min=0,0.5 | n-min=0,2 | adaptive=0,1 | cost=0,1 | branches=0,1,2 | branch-tail=0,3 (repeatable)");
   sub->add_option("--spec-draft-n-max", sf->schedule.n_max, "Draft cap when not swept")->capture_default_str();
   sub->add_option("--spec-draft-p-min", sf->schedule.p_min, "Confidence cut when not swept")->capture_default_str();
   sub->add_flag("--spec-adaptive", sf->schedule.adaptive, "Adaptive draft length when not swept");
   sub->add_option("--spec-branches", sf->schedule.branches, "Token-tree alternatives per draft token when not swept")->capture_default_str()->check(CLI::Range(0, 8));
+  sub->add_option("--spec-branch-tail", sf->schedule.branch_tail, "Token-tree tokens drafted after each alternative when not swept")->capture_default_str()->check(CLI::Range(0, 16));
   sub->add_option("--temp", sf->temp, "Temperature (--spec)")->capture_default_str();
   sub->add_option("--top-p", sf->top_p, "Top-p with --temp (--spec)")->capture_default_str()->check(CLI::Range(0.001f, 1.0f));
   sub->add_option("-s,--seed", sf->seed, "Seed (--spec)")->capture_default_str();

@@ -53,8 +53,8 @@ Result<std::vector<Axis>> ParseSweeps(const std::vector<std::string>& sweeps) {
     Axis a;
     a.key = s.substr(0, eq);
     if (a.key != "n-max" && a.key != "p-min" && a.key != "n-min" && a.key != "adaptive" && a.key != "cost" &&
-        a.key != "branches")
-      return InvalidArgument("bench: unknown sweep key '{}' (n-max, p-min, n-min, adaptive, cost, branches)", a.key);
+        a.key != "branches" && a.key != "branch-tail")
+      return InvalidArgument("bench: unknown sweep key '{}' (n-max, p-min, n-min, adaptive, cost, branches, branch-tail)", a.key);
     std::stringstream ss(s.substr(eq + 1));
     std::string item;
     while (std::getline(ss, item, ',')) {
@@ -140,6 +140,7 @@ int RunSpecBench(const SpecBenchFlags& f) {
       if (k == "n-min") so.n_min = static_cast<int>(v);
       if (k == "adaptive") so.adaptive = v != 0;
       if (k == "branches") so.branches = static_cast<int>(v);
+      if (k == "branch-tail") so.branch_tail = static_cast<int>(v);
     }
     // cost=1: verify the prefix maximising expected tokens per ms; cost=0: the cut; no cost axis:
     // the library's default for this drafter (BuildSpeculation).
@@ -286,6 +287,10 @@ int RunSpecBench(const SpecBenchFlags& f) {
                              {"leaves", t.spec.num_leaf_tokens},
                              {"leaves_reached", t.spec.num_leaf_reached},
                              {"leaves_accepted", t.spec.num_leaf_accepted},
+                             {"tail_tokens", t.spec.num_tail_tokens},
+                             {"tail_accepted", t.spec.num_tail_accepted},
+                             {"leaf_accepted_per_position", t.spec.leaf_accepted_per_pos},
+                             {"tail_accepted_per_position", t.spec.tail_accepted_per_pos},
                              {"prompt_stats", t.prompt_stats}});
     csv << fmt::format("\"{}\",{:.3f},{:.4f},{:.4f},{:.4f},{:.4f},{},{}\n", name, t.tok_s(), speedup, worst, t.tau(),
                        acc, greedy ? std::to_string(t.identical) : std::string(), n_prompts);

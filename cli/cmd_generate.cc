@@ -265,6 +265,7 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("--spec-draft-n-max", f->schedule.n_max, "Most tokens drafted per step")->capture_default_str()->check(CLI::Range(1, 64));
   sub->add_option("--spec-draft-n-min", f->schedule.n_min, "Drop drafts shorter than this")->capture_default_str()->check(CLI::Range(0, 64));
   sub->add_option("--spec-branches", f->schedule.branches, "Token trees: alternatives per draft token verified as leaves beside the chain where they pay (0: chains)")->capture_default_str()->check(CLI::Range(0, 8));
+  sub->add_option("--spec-branch-tail", f->schedule.branch_tail, "Token trees: tokens drafted after each alternative (its side chain; n-gram and DSpark drafters), verified where they pay (0: leaves)")->capture_default_str()->check(CLI::Range(0, 16));
   sub->add_option("--spec-draft-p-min", f->schedule.p_min, "Stop drafting below this draft probability (draft-dspark: below this confidence)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   sub->add_option("--spec-schedule", f->schedule_mode,
                   "cut: verify the draft up to the p-min cut; cost: verify the prefix maximising expected tokens per "

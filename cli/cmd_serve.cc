@@ -171,6 +171,7 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("--spec-draft-n-max", f->schedule.n_max, "Most tokens drafted per step")->capture_default_str()->check(CLI::Range(1, 64));
   sub->add_option("--spec-draft-n-min", f->schedule.n_min, "Drop drafts shorter than this")->capture_default_str()->check(CLI::Range(0, 64));
   sub->add_option("--spec-branches", f->schedule.branches, "Token trees: alternatives per draft token verified as leaves beside the chain where they pay (0: chains)")->capture_default_str()->check(CLI::Range(0, 8));
+  sub->add_option("--spec-branch-tail", f->schedule.branch_tail, "Token trees: tokens drafted after each alternative (its side chain; n-gram and DSpark drafters), verified where they pay (0: leaves)")->capture_default_str()->check(CLI::Range(0, 16));
   sub->add_option("--spec-draft-p-min", f->schedule.p_min, "Stop drafting below this draft probability")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   sub->add_flag("--spec-adaptive,!--no-spec-adaptive", f->schedule.adaptive,
                 "Admit draft slots across the batch while expected tokens/ms rises (default on)");

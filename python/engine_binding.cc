@@ -68,8 +68,10 @@ class Engine {
   Engine(const py::object& target_model, const py::object& draft_model, const py::object& tokenizer, int max_length,
          int draft_length, double temperature, double top_p, bool use_confidence_scheduling,
          double confidence_threshold, int top_k, double min_p, std::optional<uint64_t> seed, std::optional<int> n_threads,
-         std::optional<std::string> draft_type, bool prompt_lookup, int branches) {
+         std::optional<std::string> draft_type, bool prompt_lookup, int branches, int branch_tail) {
     if (branches < 0 || branches > 8) throw py::value_error("branches must be in [0, 8], got " + std::to_string(branches));
+    if (branch_tail < 0 || branch_tail > 16)
+      throw py::value_error("branch_tail must be in [0, 16], got " + std::to_string(branch_tail));
     if (max_length < 2) throw py::value_error("max_length must be >= 2 (prompt + output tokens), got " + std::to_string(max_length));
     if (draft_length < 1 || draft_length > 64) throw py::value_error("draft_length must be in [1, 64], got " + std::to_string(draft_length));
     if (!(confidence_threshold >= 0 && confidence_threshold < 1))
@@ -121,6 +123,7 @@ class Engine {
     so.drafter = dc;
     so.schedule.n_max = draft_length;
     so.schedule.branches = branches;
+    so.schedule.branch_tail = branch_tail;
     if (use_confidence_scheduling) {
       so.schedule.adaptive = true;
       so.schedule.p_min = confidence_threshold;
@@ -196,7 +199,7 @@ const char* kEngineDoc = R"doc(Speculative decoding over GGUF models: the target
 SpeculativeDecodingEngine(target_model, draft_model=None, tokenizer=None, max_length=512,
     draft_length=5, temperature=0.8, top_p=0.95, use_confidence_scheduling=True,
     confidence_threshold=0.5, *, top_k=0, min_p=0.0, seed=None, n_threads=None,
-    draft_type=None, prompt_lookup=False, branches=0)
+    draft_type=None, prompt_lookup=False, branches=0, branch_tail=0)
 
 target_model: a GGUF path or a loaded dspark.Model (several engines may share one).
 draft_model: None (plain decoding), a GGUF path or a dspark.Model. The drafter is chosen from
@@ -229,6 +232,8 @@ prompt_lookup: prompt lookup first, the model drafter where the context does not
     (--spec-ngram-first); without a draft model, prompt lookup alone ("ngram").
 branches: token trees (--spec-branches): each draft token's next most likely alternatives verified
     beside it in the same pass (0: chains); with use_confidence_scheduling only those that pay.
+branch_tail: (--spec-branch-tail) tokens proposed after each alternative, its side chain, verified
+    with it where it pays (the n-gram and DSpark drafters propose them; 0: alternatives are leaves).
 
 The output never depends on the drafter: greedy speculative decoding returns exactly the ids of
 greedy plain decoding, and sampling is distributed exactly as plain sampling.)doc";
@@ -262,13 +267,13 @@ void BindEngine(py::module_& m) {
 
   py::class_<Engine>(m, "SpeculativeDecodingEngine", kEngineDoc)
       .def(py::init<const py::object&, const py::object&, const py::object&, int, int, double, double, bool, double,
-                    int, double, std::optional<uint64_t>, std::optional<int>, std::optional<std::string>, bool, int>(),
+                    int, double, std::optional<uint64_t>, std::optional<int>, std::optional<std::string>, bool, int, int>(),
            py::arg("target_model"), py::arg("draft_model") = py::none(), py::arg("tokenizer") = py::none(),
            py::arg("max_length") = 512, py::arg("draft_length") = 5, py::arg("temperature") = 0.8,
            py::arg("top_p") = 0.95, py::arg("use_confidence_scheduling") = true,
            py::arg("confidence_threshold") = 0.5, py::kw_only(), py::arg("top_k") = 0, py::arg("min_p") = 0.0,
            py::arg("seed") = py::none(), py::arg("n_threads") = py::none(), py::arg("draft_type") = py::none(),
-           py::arg("prompt_lookup") = false, py::arg("branches") = 0)
+           py::arg("prompt_lookup") = false, py::arg("branches") = 0, py::arg("branch_tail") = 0)
       .def(
           "generate",
           [call_options](Engine& e, const py::object& input_ids, int max_new_tokens, bool do_sample,
@@ -341,9 +346,11 @@ void BindEngine(py::module_& m) {
             d["adaptive"] = s.adaptive;
             d["mode"] = s.mode == ScheduleMode::kCost ? "cost" : "cut";
             d["branches"] = s.branches;
+            d["branch_tail"] = s.branch_tail;
             return d;
           },
-          "The schedule the library resolved (n_max, n_min, p_min, adaptive, mode: cut or cost, branches).")
+          "The schedule the library resolved (n_max, n_min, p_min, adaptive, mode: cut or cost, branches, "
+          "branch_tail).")
       .def("__repr__", [](const Engine& e) {
         const Core& c = *e.core();
         std::string r = "<dspark.SpeculativeDecodingEngine target='" + c.target->path + "'";

@@ -49,6 +49,9 @@ struct ScheduleOptions {
   // Token trees (--spec-branches): each draft token's next most likely alternatives verified beside
   // it in the same pass, in [0, 8] (0: chains); with `adaptive` only those that pay for their rows.
   int branches = 0;
+  // Tokens after each alternative (--spec-branch-tail), in [0, 16]: its side chain, verified with
+  // it where it pays (n-gram and DSpark drafters propose them; 0: alternatives are leaves).
+  int branch_tail = 0;
 };
 
 struct EngineOptions {

@@ -44,7 +44,7 @@ DSPARK_API const char* StopReasonName(StopReason reason);  // "eos", "stop", "le
 
 // Speculative decoding statistics of a generation (the engine's SpecStats). Acceptance rate =
 // accepted_tokens / drafted_tokens; tau (mean tokens per verification with a draft) = 1 +
-// (accepted_tokens + leaves_accepted) / drafts; acceptance_per_position[i] = the share of drafts whose token i was
+// (accepted_tokens + leaves_accepted + tail_accepted) / drafts; acceptance_per_position[i] = the share of drafts whose token i was
 // accepted.
 struct Stats {
   int64_t prompt_tokens = 0;
@@ -58,6 +58,8 @@ struct Stats {
   int64_t whole_drafts = 0;     // drafts accepted whole
   int64_t leaves = 0;           // token trees: alternatives verified beside draft tokens
   int64_t leaves_accepted = 0;  // of those, accepted in place of a rejected draft token
+  int64_t tail_tokens = 0;      // tokens of the alternatives' tails (side chains) verified
+  int64_t tail_accepted = 0;    // of those, accepted after an accepted alternative
   int64_t drafter_fallbacks = 0;  // drafter failures that switched the request to plain decoding
   double acceptance_rate = 0;
   double tau = 1;

@@ -88,12 +88,12 @@ def test_greedy_speculative_equals_greedy_plain(target, draft_path, dspark_path,
 def test_confidence_scheduling_maps_to_the_library_schedules(target, dspark_path):
     # Threshold 0 with DSpark's confidence head: the library's default, cost-scheduled verification.
     cost = dspark.SpeculativeDecodingEngine(target, dspark_path, draft_length=4, confidence_threshold=0.0)
-    assert cost.schedule == {"n_max": 4, "n_min": 0, "p_min": 0.0, "adaptive": True, "mode": "cost", "branches": 0}
+    assert cost.schedule == {"n_max": 4, "n_min": 0, "p_min": 0.0, "adaptive": True, "mode": "cost", "branches": 0, "branch_tail": 0}
     cut = dspark.SpeculativeDecodingEngine(target, dspark_path, draft_length=4, confidence_threshold=0.3)
     assert cut.schedule["mode"] == "cut" and cut.schedule["adaptive"]
     assert cut.schedule["p_min"] == pytest.approx(0.3)
     fixed = dspark.SpeculativeDecodingEngine(target, dspark_path, draft_length=4, use_confidence_scheduling=False)
-    assert fixed.schedule == {"n_max": 4, "n_min": 0, "p_min": 0.0, "adaptive": False, "mode": "cut", "branches": 0}
+    assert fixed.schedule == {"n_max": 4, "n_min": 0, "p_min": 0.0, "adaptive": False, "mode": "cut", "branches": 0, "branch_tail": 0}
 
 
 def test_token_trees_keep_greedy_output_and_report_their_leaves(target, draft_path, prompt_ids, greedy_reference):
@@ -105,6 +105,16 @@ def test_token_trees_keep_greedy_output_and_report_their_leaves(target, draft_pa
     assert engine.stats["leaves"] > 0 and 0 <= engine.stats["leaves_accepted"] <= engine.stats["leaves"]
     with pytest.raises(ValueError, match="branches"):
         dspark.SpeculativeDecodingEngine(target, draft_path, branches=9)
+
+
+def test_token_tree_tails_keep_greedy_output(target, prompt_ids, greedy_reference):
+    # N-gram branches with the tokens that followed each: side chains verified with their alternative.
+    engine = dspark.SpeculativeDecodingEngine(target, None, draft_type="ngram", draft_length=6,
+                                              use_confidence_scheduling=False, branches=2, branch_tail=4)
+    assert engine.schedule["branch_tail"] == 4
+    assert engine.generate(prompt_ids, max_new_tokens=64, do_sample=False) == greedy_reference
+    with pytest.raises(ValueError, match="branch_tail"):
+        dspark.SpeculativeDecodingEngine(target, None, draft_type="ngram", branch_tail=17)
 
 
 def test_stats_plain_decoding(plain, prompt_ids, greedy_reference):

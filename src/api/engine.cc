@@ -33,6 +33,8 @@ Stats ToApi(const SpecStats& s) {
   o.whole_drafts = s.num_whole_drafts;
   o.leaves = s.num_leaf_tokens;
   o.leaves_accepted = s.num_leaf_accepted;
+  o.tail_tokens = s.num_tail_tokens;
+  o.tail_accepted = s.num_tail_accepted;
   o.drafter_fallbacks = s.num_fallbacks;
   o.acceptance_rate = s.acceptance_rate();
   o.tau = s.tau();
@@ -78,6 +80,8 @@ SpeculationOptions ToSpeculation(const EngineOptions& o) {
     Invalid("EngineOptions::schedule.p_min must be in [0, 1), got " + std::to_string(s.p_min));
   if (s.branches < 0 || s.branches > 8)
     Invalid("EngineOptions::schedule.branches must be in [0, 8], got " + std::to_string(s.branches));
+  if (s.branch_tail < 0 || s.branch_tail > 16)
+    Invalid("EngineOptions::schedule.branch_tail must be in [0, 16], got " + std::to_string(s.branch_tail));
   const DrafterOptions& d = o.drafter;
   if (d.ngram_min < 1 || d.ngram_max < d.ngram_min)
     Invalid("EngineOptions::drafter: n-gram lengths need 1 <= ngram_min <= ngram_max, got " +
@@ -99,6 +103,7 @@ SpeculationOptions ToSpeculation(const EngineOptions& o) {
   so.schedule.p_min = s.p_min;
   so.schedule.adaptive = s.adaptive;
   so.schedule.branches = s.branches;
+  so.schedule.branch_tail = s.branch_tail;
   if (s.mode == "cut") so.mode = ScheduleMode::kCut;
   else if (s.mode == "cost") so.mode = ScheduleMode::kCost;
   else if (!s.mode.empty()) Invalid("EngineOptions::schedule.mode: '" + s.mode + "' is not \"\", \"cut\" or \"cost\"");

@@ -563,7 +563,10 @@ double BatchEngine::Propose(const std::vector<Sequence*>& decoding, int prompt_r
     r.params.max_catch_up = asks[i].max_catch_up;
     // Leaf rows would need their own logit adjustments and grammar states: such requests verify
     // chains.
-    if (!s.grammar && !s.options.sampling.adjusts_logits()) r.params.branches = asks[i].branches;
+    if (!s.grammar && !s.options.sampling.adjusts_logits()) {
+      r.params.branches = asks[i].branches;
+      r.params.branch_tail = asks[i].branch_tail;
+    }
     r.params.position = s.result.stats.generated_tokens;
     if (s.grammar) {
       s.draft_grammar = std::make_unique<DraftGrammar>(GrammarVocab{tokenizer_, token_bytes_, Masker()},
@@ -620,7 +623,11 @@ Result<BatchEngine::Pass> BatchEngine::RunPass(const std::vector<Sequence*>& dec
     s->tree = LayoutTree(s->draft, s->k);
     batch.Add(s->context.back(), n_past, s->slot, true);
     for (int j = 0; j < s->k; ++j) batch.Add(s->draft.tokens[j], n_past + 1 + j, s->slot, true);
-    for (const TreeLeaf& leaf : s->tree.leaves) batch.Add(leaf.token, n_past + 1 + leaf.position, s->slot, true);
+    for (const TreeLeaf& leaf : s->tree.leaves) {
+      batch.Add(leaf.token, n_past + s->tree.Depth(leaf.row), s->slot, true);
+      for (size_t j = 0; j < leaf.tail.size(); ++j)
+        batch.Add(leaf.tail[j], n_past + s->tree.Depth(leaf.row) + 1 + static_cast<int>(j), s->slot, true);
+    }
     s->n_rows = batch.size() - s->row0;
     trees = trees || !s->tree.leaves.empty();
   }
@@ -669,22 +676,25 @@ Result<BatchEngine::Pass> BatchEngine::RunPass(const std::vector<Sequence*>& dec
   return pass;
 }
 
-TapRows BatchEngine::Taps(const Pass& pass, const Sequence& s, int pos0, int n_rows, int leaf_row) {
+TapRows BatchEngine::Taps(const Pass& pass, const Sequence& s, int pos0, int n_rows, const VerifyResult* path) {
   TapRows rows;
   rows.pos0 = pos0;
   rows.n_rows = n_rows;
   rows.n_embd = target_.config().n_embd;
   const size_t e = static_cast<size_t>(rows.n_embd);
-  if (leaf_row < 0) {
+  if (path == nullptr || path->leaf_row < 0) {
     for (const auto& t : pass.out.taps) rows.taps.push_back(t.data() + s.row0 * e);
     return rows;
   }
-  // An accepted leaf: the committed rows are the chain's first n_rows - 1, then the leaf's.
+  // An accepted alternative: the committed rows are the anchor and the chain's accepted tokens,
+  // then the alternative's row and its accepted tail's (contiguous after it).
+  const int chain_rows = 1 + path->chain_accepted();
+  const int branch_rows = n_rows - chain_rows;
   tap_path_.resize(pass.out.taps.size());
   for (size_t i = 0; i < pass.out.taps.size(); ++i) {
     const float* t = pass.out.taps[i].data() + s.row0 * e;
-    tap_path_[i].assign(t, t + (n_rows - 1) * e);
-    tap_path_[i].insert(tap_path_[i].end(), t + leaf_row * e, t + (leaf_row + 1) * e);
+    tap_path_[i].assign(t, t + chain_rows * e);
+    tap_path_[i].insert(tap_path_[i].end(), t + path->leaf_row * e, t + (path->leaf_row + branch_rows) * e);
     rows.taps.push_back(tap_path_[i].data());
   }
   return rows;
@@ -756,25 +766,34 @@ Result<int> BatchEngine::VerifyAndCommit(const std::vector<Sequence*>& decoding,
             : options_.verify(s->draft, s->k, rows, n_vocab, s->options.sampling, s->rng);
     st.sample_ms += MsSince(ts0);
     // The chain's own accepted tokens, and the rank of a leaf accepted beside the next one.
-    const int chain_accepted = vr.leaf_row >= 0 ? vr.num_accepted - 1 : vr.num_accepted;
+    const int chain_accepted = vr.chain_accepted();
     const auto [reached_first, reached_end] = s->tree.LeavesAt(chain_accepted);  // beside the rejected token
-    const int leaf_rank = vr.leaf_row >= 0 ? vr.leaf_row - s->tree.leaves[reached_first].row : -1;
+    int leaf_rank = -1, tail_verified = 0;
+    for (int a = reached_first; a < reached_end; ++a)
+      if (s->tree.leaves[a].row == vr.leaf_row) {
+        leaf_rank = a - reached_first;
+        tail_verified = static_cast<int>(s->tree.leaves[a].tail.size());
+      }
     if (planner_ != nullptr) {
       // The survival the plan predicted for this draft, so the statistics show how well it predicts.
       st.RecordStep(s->k, chain_accepted, planner_->PredictedSurvival(s->slot, s->draft, s->k));
-      planner_->Observe(s->slot, s->draft, s->k, chain_accepted, s->draft_ms, s->behind_at_draft, leaf_rank);
+      planner_->Observe(s->slot, s->draft, s->k, chain_accepted, s->draft_ms, s->behind_at_draft, leaf_rank,
+                        tail_verified, vr.tail_accepted);
     } else {
       st.RecordStep(s->k, chain_accepted, {});
     }
-    st.RecordLeaves(static_cast<int>(s->tree.leaves.size()), reached_end - reached_first, vr.leaf_row >= 0);
+    st.RecordLeaves(static_cast<int>(s->tree.leaves.size()), reached_end - reached_first, chain_accepted,
+                    vr.leaf_row >= 0, s->tree.tail_rows(), vr.tail_accepted);
     // A proposal (even one that came to nothing) brought the drafter up to date.
     s->rows_behind = s->asked_drafter ? 0 : s->rows_behind + static_cast<int>(vr.tokens.size());
-    // Keep the anchor and the accepted draft tokens (an accepted leaf's cell closes up behind the
-    // chain's); drop the rejected rows.
-    if (vr.leaf_row >= 0) DSPARK_TRY(cache_.MoveCell(s->slot, n_past + vr.leaf_row, n_past + vr.num_accepted));
+    // Keep the anchor and the accepted draft tokens (an accepted alternative's cells, and its
+    // tail's, close up behind the chain's); drop the rejected rows. Each cell moves to a lower one
+    // that no later move reads.
+    for (int j = chain_accepted; j < vr.num_accepted; ++j)
+      DSPARK_TRY(cache_.MoveCell(s->slot, n_past + vr.Row(j), n_past + 1 + j));
     DSPARK_TRY(cache_.Truncate(s->slot, n_past + 1 + vr.num_accepted));
     if (s->use_drafter && !tap_layers_.empty()) {
-      Status ts = drafter_->ObserveTaps(s->slot, Taps(pass, *s, n_past, 1 + vr.num_accepted, vr.leaf_row));
+      Status ts = drafter_->ObserveTaps(s->slot, Taps(pass, *s, n_past, 1 + vr.num_accepted, &vr));
       if (!ts.ok()) FailDrafter(*s, ts);
     }
     bool running = true;

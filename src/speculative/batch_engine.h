@@ -149,9 +149,10 @@ class BatchEngine {
                        double draft_ms);
   void CommitPrompts(const std::vector<Sequence*>& prefilling, const Pass& pass, int n_sequences);
   Result<int> VerifyAndCommit(const std::vector<Sequence*>& decoding, const Pass& pass);
-  // The tap rows of `s`'s first n_rows pass rows; with an accepted leaf (leaf_row >= 0) the last
-  // of them is the leaf's row, gathered into tap_path_.
-  TapRows Taps(const Pass& pass, const Sequence& s, int pos0, int n_rows, int leaf_row = -1);
+  // The tap rows of `s`'s first n_rows pass rows; where `path` accepted an alternative (its
+  // leaf_row >= 0), the chain's rows and then the alternative's and its tail's, gathered into
+  // tap_path_.
+  TapRows Taps(const Pass& pass, const Sequence& s, int pos0, int n_rows, const VerifyResult* path = nullptr);
   void Finish(Sequence& s, std::string reason);
   // `row`: the adjusted logits the token was drawn from (its log-probabilities).
   // `known_state`: the grammar state after the token when it is already known (accepted draft

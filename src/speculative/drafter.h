@@ -70,6 +70,8 @@ struct DraftParams {
   DraftConstraint* constraint = nullptr;
   // Alternatives to propose per draft token (Draft::branches); 0: a chain.
   int branches = 0;
+  // Tokens a drafter may propose after each alternative (DraftBranch::tail); 0: leaves only.
+  int branch_tail = 0;
 };
 
 // Draws the draft token at generated position `position` from its distribution q: from the
@@ -79,10 +81,15 @@ struct DraftParams {
 int32_t DrawDraftToken(const std::vector<float>& q, const SamplingParams& sampling, int64_t position, Rng& rng);
 
 // An alternative to a draft token (token trees): another token the drafter finds likely at the
-// same position, with the drafter's probability of it.
+// same position, with the drafter's probability of it, and optionally the tokens the drafter
+// proposes after it (a side chain of the tree: when the target takes the alternative, its tail is
+// verified in the same pass, so a taken alternative need not end the step).
 struct DraftBranch {
   int32_t token = 0;
   float prob = 0.0f;
+  // Tokens proposed after the alternative, each deterministic (q one-hot on it), fixed when the
+  // draft is: verifying them is exact under sampling as well.
+  std::vector<int32_t> tail;
 };
 
 struct Draft {
@@ -108,7 +115,8 @@ struct Draft {
   // target may verify them as leaves beside the chain in the same pass: when token i is rejected,
   // an alternative the target takes there commits one more token. Proposed only when
   // DraftParams::branches asks. Each is the next most likely token after those before it, fixed
-  // once the chain is drafted, also under sampling, which keeps verification exact.
+  // once the chain is drafted, also under sampling, which keeps verification exact. An
+  // alternative may carry a tail (DraftBranch::tail; DraftParams::branch_tail asks for it).
   std::vector<std::vector<DraftBranch>> branches;
   int forward_passes = 0;  // drafter model passes spent on this draft (statistics)
 };

@@ -38,35 +38,38 @@ std::vector<int> AdmitDraftSlots(const std::vector<std::vector<double>>& surviva
   return k;
 }
 
-std::vector<std::vector<bool>> AdmitLeaves(const std::vector<std::vector<double>>& survival, const std::vector<int>& k,
-                                           const std::vector<std::vector<double>>& leaf_value, int base_rows,
-                                           double base_tokens, const CostModel& cost, int prompt_rows) {
+std::vector<std::vector<int>> AdmitLeaves(const std::vector<std::vector<double>>& survival, const std::vector<int>& k,
+                                          const std::vector<std::vector<std::vector<double>>>& leaf_value,
+                                          int base_rows, double base_tokens, const CostModel& cost, int prompt_rows) {
   double expected = base_tokens;
   int draft_rows = 0;
   for (size_t s = 0; s < k.size(); ++s) {
     draft_rows += k[s];
     for (int i = 0; i < k[s] && i < static_cast<int>(survival[s].size()); ++i) expected += survival[s][i];
   }
-  struct Leaf {
+  struct Row {
     double value;
-    int seq, index;
+    int seq, leaf, index;
   };
-  std::vector<Leaf> leaves;
-  std::vector<std::vector<bool>> admitted(leaf_value.size());
+  std::vector<Row> rows;
+  std::vector<std::vector<int>> admitted(leaf_value.size());
   for (size_t s = 0; s < leaf_value.size(); ++s) {
-    admitted[s].assign(leaf_value[s].size(), false);
+    admitted[s].assign(leaf_value[s].size(), 0);
     for (size_t j = 0; j < leaf_value[s].size(); ++j)
-      leaves.push_back({leaf_value[s][j], static_cast<int>(s), static_cast<int>(j)});
+      for (size_t t = 0; t < leaf_value[s][j].size(); ++t)
+        rows.push_back({leaf_value[s][j][t], static_cast<int>(s), static_cast<int>(j), static_cast<int>(t)});
   }
-  std::stable_sort(leaves.begin(), leaves.end(), [](const Leaf& a, const Leaf& b) { return a.value > b.value; });
+  // Within a leaf values never rise and a stable sort keeps their order on ties, so every prefix
+  // of this order admits a leaf's rows in order.
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.value > b.value; });
   double rate = expected / DecodeShareMs(cost, base_rows, prompt_rows, draft_rows);
-  for (const Leaf& leaf : leaves) {
-    const double next = (expected + leaf.value) / DecodeShareMs(cost, base_rows, prompt_rows, draft_rows + 1);
+  for (const Row& row : rows) {
+    const double next = (expected + row.value) / DecodeShareMs(cost, base_rows, prompt_rows, draft_rows + 1);
     if (!(next > rate)) break;  // values only fall from here, and each row costs at least as much
     rate = next;
-    expected += leaf.value;
+    expected += row.value;
     ++draft_rows;
-    admitted[leaf.seq][leaf.index] = true;
+    admitted[row.seq][row.leaf] = row.index + 1;
   }
   return admitted;
 }
@@ -120,7 +123,7 @@ std::vector<DraftAsk> DraftPlanner::Ask(std::span<const PlanSequence> decoding, 
     stop.min_survival = static_cast<float>(s.MinSurvival(shared));
     stop.calibration = &s.prob_calibration();
     budget_[seq.slot] = budget;
-    asks[i] = {budget, &stop, s.probing() ? kProbeCatchUpRows : 0, options_.branches};
+    asks[i] = {budget, &stop, s.probing() ? kProbeCatchUpRows : 0, options_.branches, options_.branch_tail};
   }
   return asks;
 }
@@ -164,15 +167,19 @@ void DraftPlanner::PlanLeaves(std::span<const PlanSequence> decoding, std::span<
     if (static_cast<int>(d->branches.size()) > k[i]) d->branches.resize(k[i]);
     for (auto& alternatives : d->branches) {
       if (static_cast<int>(alternatives.size()) > options_.branches) alternatives.resize(options_.branches);
+      for (DraftBranch& b : alternatives)
+        if (static_cast<int>(b.tail.size()) > options_.branch_tail) b.tail.resize(options_.branch_tail);
       any = any || !alternatives.empty();
     }
   }
   if (!any || !batch_scheduling()) return;
   // Leaf j beside token p adds a token when the chain reaches p, token p is rejected and the
   // target takes the leaf: S(p - 1) (1 - a_p) b(prob), with a_p the chain's conditional acceptance
-  // there and b the calibrated acceptance of an alternative where the chain failed.
+  // there and b the calibrated acceptance of an alternative where the chain failed. Tail token t
+  // adds the leaf's value times the measured survival of a taken leaf's tail up to t.
   const int n = static_cast<int>(decoding.size());
-  std::vector<std::vector<double>> chain(decoding.size()), value(decoding.size());
+  std::vector<std::vector<double>> chain(decoding.size());
+  std::vector<std::vector<std::vector<double>>> value(decoding.size());
   for (size_t i = 0; i < decoding.size(); ++i) {
     Draft* d = drafts[i];
     if (d == nullptr) continue;
@@ -181,10 +188,15 @@ void DraftPlanner::PlanLeaves(std::span<const PlanSequence> decoding, std::span<
     for (int p = 0; p < static_cast<int>(d->branches.size()); ++p) {
       const double reach = p == 0 ? 1.0 : chain[i][p - 1];
       const double miss = reach - chain[i][p];
-      for (const DraftBranch& b : d->branches[p]) value[i].push_back(miss * s.branch_calibration().Acceptance(b.prob));
+      for (const DraftBranch& b : d->branches[p]) {
+        std::vector<double>& rows = value[i].emplace_back();
+        rows.push_back(miss * s.branch_calibration().Acceptance(b.prob));
+        const std::vector<double> tail = s.tail_acceptance().Survival(static_cast<int>(b.tail.size()));
+        for (double t : tail) rows.push_back(rows.front() * t);
+      }
     }
   }
-  const std::vector<std::vector<bool>> admitted =
+  const std::vector<std::vector<int>> admitted =
       AdmitLeaves(chain, k, value, n, static_cast<double>(n), *cost_, prompt_rows);
   for (size_t i = 0; i < decoding.size(); ++i) {
     Draft* d = drafts[i];
@@ -192,21 +204,25 @@ void DraftPlanner::PlanLeaves(std::span<const PlanSequence> decoding, std::span<
     size_t j = 0;
     for (auto& alternatives : d->branches) {
       std::vector<DraftBranch> kept;
-      for (const DraftBranch& b : alternatives)
-        if (admitted[i][j++]) kept.push_back(b);
+      for (DraftBranch& b : alternatives) {
+        const int rows = admitted[i][j++];
+        if (rows == 0) continue;
+        b.tail.resize(rows - 1);
+        kept.push_back(std::move(b));
+      }
       alternatives.swap(kept);
     }
   }
 }
 
 void DraftPlanner::Observe(int slot, const Draft& draft, int verified, int accepted, double draft_ms, int behind_rows,
-                           int leaf_rank) {
+                           int leaf_rank, int tail_verified, int tail_accepted) {
   if (draft.tokens.empty()) return;
   sequences_[slot]->Observe(draft, verified, accepted, draft_ms, behind_rows);
   learned_->Observe(draft, verified, accepted, draft_ms, behind_rows);
   if (accepted < verified) {
-    sequences_[slot]->ObserveBranches(draft, accepted, leaf_rank);
-    learned_->ObserveBranches(draft, accepted, leaf_rank);
+    sequences_[slot]->ObserveBranches(draft, accepted, leaf_rank, tail_verified, tail_accepted);
+    learned_->ObserveBranches(draft, accepted, leaf_rank, tail_verified, tail_accepted);
   }
 }
 

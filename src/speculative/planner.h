@@ -28,15 +28,17 @@ namespace dspark {
 std::vector<int> AdmitDraftSlots(const std::vector<std::vector<double>>& survival, int base_rows,
                                  double base_tokens, const CostModel& cost, int prompt_rows = 0);
 
-// Token trees: after AdmitDraftSlots chose the chains (k[s] tokens of sequence s), the leaves to
-// verify beside them. leaf_value[s][j] is the expected tokens leaf j of sequence s adds (the
-// probability that it is accepted); a leaf is admitted, highest value first, while the expected
-// committed tokens per millisecond of the whole pass rise. Returns, per sequence, whether each of
-// its leaves is admitted.
-std::vector<std::vector<bool>> AdmitLeaves(const std::vector<std::vector<double>>& survival, const std::vector<int>& k,
-                                           const std::vector<std::vector<double>>& leaf_value, int base_rows,
-                                           double base_tokens, const CostModel& cost, int prompt_rows = 0);
-
+// Token trees: after AdmitDraftSlots chose the chains (k[s] tokens of sequence s), the leaves and
+// tail tokens to verify beside them. leaf_value[s][j] holds, for leaf j of sequence s, the
+// expected tokens its row adds (the probability that it is accepted) and then those of each
+// token of its tail (the probability that the tail is accepted up to it): non-increasing. Rows
+// are admitted, highest value first, while the expected committed tokens per millisecond of the
+// whole pass rise; a tail token only after the rows before it. Returns, per sequence and leaf,
+// how many of its rows are admitted (0: the leaf is dropped; 1 + t: the leaf and t tail tokens).
+std::vector<std::vector<int>> AdmitLeaves(const std::vector<std::vector<double>>& survival, const std::vector<int>& k,
+                                          const std::vector<std::vector<std::vector<double>>>& leaf_value,
+                                          int base_rows, double base_tokens, const CostModel& cost,
+                                          int prompt_rows = 0);
 
 // The stop rule the planner gives a sequence's drafter: the p-min cut on each token's confidence,
 // and, for drafters that ask before each token under an adaptive schedule, the survival bar: one
@@ -68,6 +70,7 @@ struct DraftAsk {
   const DraftStop* stop = nullptr;
   int max_catch_up = 0;
   int branches = 0;  // alternatives per draft token (DraftParams::branches)
+  int branch_tail = 0;  // tokens after each alternative (DraftParams::branch_tail)
 };
 
 class DraftPlanner {
@@ -93,9 +96,10 @@ class DraftPlanner {
 
   // After verification: `verified` tokens of the draft went to the target and `accepted` survived;
   // drafting took draft_ms after `behind_rows` rows of catch-up. `leaf_rank`: the alternative
-  // accepted beside draft token `accepted` (its rank there), -1 for none.
+  // accepted beside draft token `accepted` (its rank there), -1 for none; `tail_verified` tokens of
+  // its tail were verified and `tail_accepted` kept.
   void Observe(int slot, const Draft& draft, int verified, int accepted, double draft_ms, int behind_rows,
-               int leaf_rank = -1);
+               int leaf_rank = -1, int tail_verified = 0, int tail_accepted = 0);
 
   // The survival the plan predicted for the first k tokens of a draft (statistics): a confidence
   // head's own, else the estimate from its draft probabilities; empty when it had neither.

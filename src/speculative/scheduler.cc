@@ -17,7 +17,8 @@ constexpr double kMaxProbeRatio = 256.0;
 
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, CostModel cost)
     : options_(options), own_cost_(std::move(cost)), accept_(std::max(options.n_max, 1)),
-      predicted_sum_(accept_.positions(), 0.0), realised_sum_(accept_.positions(), 0.0) {}
+      predicted_sum_(accept_.positions(), 0.0), realised_sum_(accept_.positions(), 0.0),
+      tail_accept_(accept_.positions()) {}
 
 DraftScheduler::DraftScheduler(const ScheduleOptions& options, const CostModel* cost)
     : DraftScheduler(options, CostModel()) {
@@ -154,6 +155,7 @@ int DraftScheduler::Cut(const Draft& draft) const {
 DraftScheduler DraftScheduler::Seed() const {
   DraftScheduler s = *this;
   s.accept_ = accept_.Seed();
+  s.tail_accept_ = tail_accept_.Seed();
   s.probe_credit_ = 0;
   s.probe_ratio_ = kFirstProbeRatio;
   s.probing_ = false;
@@ -204,11 +206,13 @@ void DraftScheduler::Observe(const Draft& draft, int verified, int accepted, dou
   Observe(static_cast<int>(draft.tokens.size()), verified, accepted, draft_ms, draft.survival, behind_rows);
 }
 
-void DraftScheduler::ObserveBranches(const Draft& draft, int position, int accepted_rank) {
+void DraftScheduler::ObserveBranches(const Draft& draft, int position, int accepted_rank, int tail_verified,
+                                     int tail_accepted) {
   if (position < 0 || position >= static_cast<int>(draft.branches.size())) return;
   const std::vector<DraftBranch>& alternatives = draft.branches[position];
   for (int r = 0; r < static_cast<int>(alternatives.size()) && (accepted_rank < 0 || r <= accepted_rank); ++r)
     branch_cal_.Observe(alternatives[r].prob, r == accepted_rank);
+  if (accepted_rank >= 0 && tail_verified > 0) tail_accept_.Observe(tail_verified, tail_accepted);
 }
 
 void DraftScheduler::Observe(int proposed, int verified, int accepted, double draft_ms,

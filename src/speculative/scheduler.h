@@ -40,6 +40,9 @@ struct ScheduleOptions {
   // the planner verifies as leaves beside the chain where they pay (speculative/token_tree.h).
   // 0: chains only.
   int branches = 0;
+  // Tokens a drafter may propose after each alternative (--spec-branch-tail), verified as its
+  // side chain where they pay. 0: alternatives are leaves.
+  int branch_tail = 0;
 };
 
 class DraftScheduler {
@@ -74,9 +77,14 @@ class DraftScheduler {
   // Maps an alternative's draft probability to its acceptance where the draft token beside it was
   // rejected (token trees; learnt in ObserveBranches).
   const ProbCalibration& branch_calibration() const { return branch_cal_; }
+  // Measured acceptance of an accepted alternative's tail, position by position (learnt in
+  // ObserveBranches).
+  const PositionAcceptance& tail_acceptance() const { return tail_accept_; }
   // The alternatives beside draft token `position`, reached because that token was rejected: the
-  // one of rank `accepted_rank` was accepted (-1: none), the ones before it were not.
-  void ObserveBranches(const Draft& draft, int position, int accepted_rank);
+  // one of rank `accepted_rank` was accepted (-1: none), the ones before it were not; of the
+  // accepted one's tail `tail_verified` tokens were verified and the first `tail_accepted` kept.
+  void ObserveBranches(const Draft& draft, int position, int accepted_rank, int tail_verified = 0,
+                       int tail_accepted = 0);
   // Whether drafting pays at all in such a pass (no probes, no state change). The engine asks the
   // engine-wide scheduler before paying for a drafter's prompt ingestion.
   bool Pays(const SharedPass& pass) const;
@@ -132,6 +140,7 @@ class DraftScheduler {
   std::vector<double> predicted_sum_, realised_sum_;
   ProbCalibration prob_cal_;
   ProbCalibration branch_cal_;
+  PositionAcceptance tail_accept_;
   int planned_ = 0;
   bool probing_ = false;
   DraftCostModel draft_cost_;

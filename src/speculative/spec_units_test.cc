@@ -28,6 +28,42 @@ TEST(Ngram, ProposesWhatFollowedTheMostRecentMatch) {
   EXPECT_EQ(NgramLookup(std::vector<int32_t>{5, 6, 0, 6}, 1, 3, 2), (std::vector<int32_t>{0, 6}));
 }
 
+TEST(Ngram, BranchesComeFromTheOtherMatchesWhereTheyLeaveTheChain) {
+  // Suffix [1, 2] occurs at 0, 4 and 8 before the end, followed by 3 4 5, 3 6 7 and 9 9.
+  const std::vector<int32_t> ctx = {1, 2, 3, 4, 5, 0, 1, 2, 3, 6, 7, 0, 1, 2, 9, 9, 0, 1, 2};
+  const std::vector<int32_t> chain = NgramLookup(ctx, 2, 2, 3);
+  ASSERT_EQ(chain, (std::vector<int32_t>{9, 9, 0}));  // the most recent match
+  const auto branches = NgramBranches(ctx, 2, 2, chain, 2, 2);
+  ASSERT_EQ(branches.size(), 3u);
+  // Both older matches leave the chain at once, with 3: one alternative, its tail from the more
+  // recent of them, supported by two of the three matches.
+  ASSERT_EQ(branches[0].size(), 1u);
+  EXPECT_EQ(branches[0][0].token, 3);
+  EXPECT_EQ(branches[0][0].tail, (std::vector<int32_t>{6, 7}));
+  EXPECT_FLOAT_EQ(branches[0][0].prob, 2.0f / 3.0f);
+  EXPECT_TRUE(branches[1].empty());
+  EXPECT_TRUE(branches[2].empty());
+  // No alternatives asked for, or none to give.
+  EXPECT_TRUE(NgramBranches(ctx, 2, 2, chain, 0, 2)[0].empty());
+  const std::vector<int32_t> once = {4, 1, 2, 8, 1, 2};
+  EXPECT_TRUE(NgramBranches(once, 2, 2, NgramLookup(once, 2, 2, 2), 2, 2)[0].empty());
+}
+
+TEST(Planner, AdmitsATailOnlyBehindItsLeafAndOnlyWhileItPays) {
+  // One sequence, no chain tokens; each row costs 1 ms on top of 10 ms.
+  std::vector<double> ms;
+  for (int r = 1; r <= 16; ++r) ms.push_back(10.0 + r);
+  const CostModel cost(ms);
+  const std::vector<std::vector<double>> surv = {{}};
+  // Leaf 0 is worth 0.5, its tail 0.4 then 0.01; leaf 1 is worth 0.2. At 11 ms for 1 token a row
+  // pays when it adds more than 1/11 of a token at the rate so far.
+  const std::vector<std::vector<std::vector<double>>> value = {{{0.5, 0.4, 0.01}, {0.2}}};
+  EXPECT_EQ(AdmitLeaves(surv, {0}, value, 1, 1.0, cost), (std::vector<std::vector<int>>{{2, 1}}));
+  // A tail token worth more than its leaf still waits for it.
+  const std::vector<std::vector<std::vector<double>>> dear = {{{0.05, 0.05}}};
+  EXPECT_EQ(AdmitLeaves(surv, {0}, dear, 1, 1.0, cost), (std::vector<std::vector<int>>{{0}}));
+}
+
 TEST(SpecStats, ArithmeticOnScriptedSteps) {
   SpecStats s;
   s.RecordStep(4, 2, {0.9f, 0.8f, 0.5f, 0.2f});

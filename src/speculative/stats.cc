@@ -36,6 +36,20 @@ void SpecStats::RecordStep(int drafted, int accepted, const std::vector<float>& 
   }
 }
 
+void SpecStats::RecordLeaves(int leaves, int reached, int position, bool accepted, int tail_tokens,
+                             int tail_accepted) {
+  num_leaf_tokens += leaves;
+  num_leaf_reached += reached;
+  num_tail_tokens += tail_tokens;
+  if (!accepted) return;
+  ++num_leaf_accepted;
+  num_tail_accepted += tail_accepted;
+  GrowTo(leaf_accepted_per_pos, position + 1);
+  ++leaf_accepted_per_pos[position];
+  GrowTo(tail_accepted_per_pos, tail_accepted);
+  for (int t = 0; t < tail_accepted; ++t) ++tail_accepted_per_pos[t];
+}
+
 void SpecStats::Merge(const SpecStats& o) {
   prompt_tokens += o.prompt_tokens;
   prompt_cached_tokens += o.prompt_cached_tokens;
@@ -48,12 +62,18 @@ void SpecStats::Merge(const SpecStats& o) {
   num_leaf_tokens += o.num_leaf_tokens;
   num_leaf_reached += o.num_leaf_reached;
   num_leaf_accepted += o.num_leaf_accepted;
+  num_tail_tokens += o.num_tail_tokens;
+  num_tail_accepted += o.num_tail_accepted;
   GrowTo(accepted_per_pos, o.accepted_per_pos.size());
   GrowTo(drafted_per_pos, o.drafted_per_pos.size());
   GrowTo(predicted_survival_sum, o.predicted_survival_sum.size());
   GrowTo(predicted_per_pos, o.predicted_per_pos.size());
   GrowTo(predicted_accepted_per_pos, o.predicted_accepted_per_pos.size());
   for (size_t i = 0; i < o.accepted_per_pos.size(); ++i) accepted_per_pos[i] += o.accepted_per_pos[i];
+  GrowTo(leaf_accepted_per_pos, o.leaf_accepted_per_pos.size());
+  GrowTo(tail_accepted_per_pos, o.tail_accepted_per_pos.size());
+  for (size_t i = 0; i < o.leaf_accepted_per_pos.size(); ++i) leaf_accepted_per_pos[i] += o.leaf_accepted_per_pos[i];
+  for (size_t i = 0; i < o.tail_accepted_per_pos.size(); ++i) tail_accepted_per_pos[i] += o.tail_accepted_per_pos[i];
   for (size_t i = 0; i < o.drafted_per_pos.size(); ++i) drafted_per_pos[i] += o.drafted_per_pos[i];
   for (size_t i = 0; i < o.predicted_survival_sum.size(); ++i) predicted_survival_sum[i] += o.predicted_survival_sum[i];
   for (size_t i = 0; i < o.predicted_per_pos.size(); ++i) predicted_per_pos[i] += o.predicted_per_pos[i];
@@ -109,6 +129,10 @@ nlohmann::json SpecStats::ToJson() const {
   j["leaves"] = num_leaf_tokens;
   j["leaves_reached"] = num_leaf_reached;
   j["leaves_accepted"] = num_leaf_accepted;
+  j["tail_tokens"] = num_tail_tokens;
+  j["tail_accepted"] = num_tail_accepted;
+  j["leaf_accepted_per_position"] = leaf_accepted_per_pos;
+  j["tail_accepted_per_position"] = tail_accepted_per_pos;
   j["tau"] = tau();
   j["accepted_per_position"] = accepted_per_pos;
   j["acceptance_per_position"] = acceptance_per_position();

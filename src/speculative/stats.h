@@ -1,6 +1,6 @@
 // Speculative decoding statistics. Written only by the engine, right after verification; readers
 // (CLI, server metrics, bench) format them. Conventions: acceptance rate = accepted / drafted (the
-// chain's tokens); mean acceptance length tau = 1 + (accepted + leaves accepted) / drafts, the
+// chain's tokens); mean acceptance length tau = 1 + (accepted + leaves and tail tokens accepted) / drafts, the
 // tokens a step commits (the bonus token counted, as vLLM and llama.cpp do); per-position rate =
 // accepted_per_pos[i] / drafts; kept rate per position = accepted_per_pos[i] / drafted_per_pos[i]
 // (of the drafts that reached position i, independent of the lengths a schedule chose).
@@ -25,7 +25,11 @@ struct SpecStats {
   int64_t num_leaf_tokens = 0;      // token trees: alternatives verified beside draft tokens
   int64_t num_leaf_reached = 0;     // of those, beside a rejected draft token (the ones that could be taken)
   int64_t num_leaf_accepted = 0;    // of those, accepted in place of the rejected draft token
+  int64_t num_tail_tokens = 0;      // tokens of the leaves' tails verified (side chains)
+  int64_t num_tail_accepted = 0;    // of those, accepted after an accepted leaf
   std::vector<int64_t> accepted_per_pos;  // [i]: drafts whose token i was accepted
+  std::vector<int64_t> leaf_accepted_per_pos;  // [i]: drafts whose alternative at position i was accepted
+  std::vector<int64_t> tail_accepted_per_pos;  // [t]: of those, the ones whose tail token t was kept
   std::vector<int64_t> drafted_per_pos;   // [i]: drafts that had a token i
   // Calibration, over the drafts whose slot i carried a predicted survival (a confidence head's, or
   // the schedule's estimate from draft probabilities; prompt-lookup drafts carry none):
@@ -46,15 +50,13 @@ struct SpecStats {
   void RecordStep(int drafted, int accepted, const std::vector<float>& survival);
   // Records a step's token-tree leaves: `leaves` verified, `reached` of them beside the rejected
   // draft token, one of those accepted or not.
-  void RecordLeaves(int leaves, int reached, bool accepted) {
-    num_leaf_tokens += leaves;
-    num_leaf_reached += reached;
-    num_leaf_accepted += accepted ? 1 : 0;
-  }
+  // `position`: the rejected draft token's (where the reached leaves are); `tail_tokens` of the
+  // leaves' tails verified, `tail_accepted` of them kept after the accepted leaf.
+  void RecordLeaves(int leaves, int reached, int position, bool accepted, int tail_tokens = 0, int tail_accepted = 0);
   void Merge(const SpecStats& other);
 
   double acceptance_rate() const { return num_draft_tokens ? double(num_accepted_tokens) / num_draft_tokens : 0; }
-  double tau() const { return num_drafts ? 1.0 + double(num_accepted_tokens + num_leaf_accepted) / num_drafts : 1.0; }
+  double tau() const { return num_drafts ? 1.0 + double(num_accepted_tokens + num_leaf_accepted + num_tail_accepted) / num_drafts : 1.0; }
   double tokens_per_second() const { return decode_ms > 0 ? generated_tokens * 1000.0 / decode_ms : 0; }
   double prompt_tokens_per_second() const { return prompt_ms > 0 ? prompt_tokens * 1000.0 / prompt_ms : 0; }
   std::vector<double> acceptance_per_position() const;  // accepted_per_pos[i] / num_drafts

@@ -13,10 +13,28 @@ std::pair<int, int> TreeLayout::LeavesAt(int position) const {
   return {static_cast<int>(first - leaves.begin()), static_cast<int>(last - leaves.begin())};
 }
 
+const TreeLeaf& TreeLayout::LeafOfRow(int r) const {
+  // Leaves are in row order: the last one that starts at or before r.
+  const auto it = std::upper_bound(leaves.begin(), leaves.end(), r, [](int row, const TreeLeaf& l) { return row < l.row; });
+  return *(it - 1);
+}
+
+int TreeLayout::Depth(int r) const {
+  if (r <= k) return r;
+  const TreeLeaf& leaf = LeafOfRow(r);
+  return leaf.position + 1 + (r - leaf.row);
+}
+
 bool TreeLayout::Sees(int r, int c) const {
   if (r <= k) return c <= r;  // the chain is causal
-  const TreeLeaf& leaf = leaves[r - k - 1];
-  return c == r || c <= leaf.position;
+  const TreeLeaf& leaf = LeafOfRow(r);
+  return c <= leaf.position || (c >= leaf.row && c <= r);
+}
+
+int TreeLayout::tail_rows() const {
+  int n = 0;
+  for (const TreeLeaf& l : leaves) n += static_cast<int>(l.tail.size());
+  return n;
 }
 
 TreeLayout LayoutTree(const Draft& draft, int k) {
@@ -24,7 +42,10 @@ TreeLayout LayoutTree(const Draft& draft, int k) {
   t.k = k;
   int row = k + 1;
   for (int i = 0; i < k && i < static_cast<int>(draft.branches.size()); ++i)
-    for (const DraftBranch& b : draft.branches[i]) t.leaves.push_back({i, row++, b.token, b.prob});
+    for (const DraftBranch& b : draft.branches[i]) {
+      t.leaves.push_back({i, row, b.token, b.prob, b.tail});
+      row = t.leaves.back().last_row() + 1;
+    }
   return t;
 }
 

@@ -57,6 +57,34 @@ std::span<const TreeLeaf> LeavesAt(const TreeLayout& tree, int i) {
   return std::span<const TreeLeaf>(tree.leaves.data() + first, last - first);
 }
 
+// What the tree proposes after row `row`: its next token (the chain's, or the tail's after an
+// alternative) with that token's row and draft distribution (null: deterministic), and the
+// alternatives beside it. token < 0: nothing (the end of the chain or of a tail).
+struct Children {
+  int32_t token = -1;
+  int row = -1;
+  const std::vector<float>* q = nullptr;
+  std::span<const TreeLeaf> alternatives;
+};
+
+Children ChildrenOf(const Draft& draft, const TreeLayout& tree, int row) {
+  Children c;
+  if (row < tree.k) {
+    c.token = draft.tokens[row];
+    c.row = row + 1;
+    if (!draft.q.empty()) c.q = &draft.q[row];
+    c.alternatives = LeavesAt(tree, row);
+  } else if (row > tree.k) {
+    const TreeLeaf& leaf = tree.LeafOfRow(row);
+    const int j = row - leaf.row;
+    if (j < static_cast<int>(leaf.tail.size())) {
+      c.token = leaf.tail[j];
+      c.row = row + 1;
+    }
+  }
+  return c;
+}
+
 }  // namespace
 
 int32_t AcceptOrResample(const std::vector<float>& p, const std::vector<float>* q, int32_t x, Rng& rng) {
@@ -69,42 +97,40 @@ VerifyResult Verify(const Draft& draft, int k, const float* logits, int n_vocab,
   VerifyResult r;
   r.tokens.reserve(k + 1);
   const TreeLayout tree = LayoutTree(draft, k);
-  const bool sampled_draft = !draft.q.empty();
   thread_local std::vector<float> p;
   const auto row_of = [&](int row) { return logits + static_cast<size_t>(row) * n_vocab; };
-  int last = k;  // the row of the last accepted token
-  for (int i = 0; i < k; ++i) {
-    const float* row = row_of(i);
-    const int32_t x = draft.tokens[i];
-    const std::span<const TreeLeaf> leaves = LeavesAt(tree, i);
+  int row = 0;  // the row of the last accepted token (the anchor's at first)
+  for (;;) {
+    const Children c = ChildrenOf(draft, tree, row);
+    if (c.token < 0) break;
     int32_t t = -1;
     int leaf = -1;
     if (params.greedy()) {
-      const int32_t best = Argmax(row, n_vocab);
-      if (best != x) {
+      const int32_t best = Argmax(row_of(row), n_vocab);
+      if (best != c.token) {
         t = best;
-        for (size_t a = 0; a < leaves.size() && leaf < 0; ++a)
-          if (leaves[a].token == best) leaf = static_cast<int>(a);
+        for (size_t a = 0; a < c.alternatives.size() && leaf < 0; ++a)
+          if (c.alternatives[a].token == best) leaf = static_cast<int>(a);
       }
     } else {
-      ComputeProbs(row, n_vocab, params, &p);
-      t = AcceptOrResampleTree(p, sampled_draft ? &draft.q[i] : nullptr, x, leaves, rng, &leaf);
+      ComputeProbs(row_of(row), n_vocab, params, &p);
+      t = AcceptOrResampleTree(p, c.q, c.token, c.alternatives, rng, &leaf);
     }
     if (t < 0) {
-      r.tokens.push_back(x);
+      r.tokens.push_back(c.token);
       ++r.num_accepted;
+      if (row > k) ++r.tail_accepted;
+      row = c.row;
       continue;
     }
     r.tokens.push_back(t);
     if (leaf < 0) return r;
-    // An alternative was accepted: it is the last accepted token; the bonus comes from its row.
+    // An alternative was accepted in place of the chain's token: the step goes on along its tail.
     ++r.num_accepted;
-    r.leaf_row = leaves[leaf].row;
-    last = r.leaf_row;
-    break;
+    r.leaf_row = row = c.alternatives[leaf].row;
   }
   std::vector<float> scratch;
-  r.tokens.push_back(SampleToken(row_of(last), n_vocab, params, rng, &scratch));
+  r.tokens.push_back(SampleToken(row_of(row), n_vocab, params, rng, &scratch));
   return r;
 }
 
@@ -121,18 +147,20 @@ VerifyResult VerifyKeyed(const Draft& draft, int k, const float* logits, int n_v
   const TreeLayout tree = LayoutTree(draft, k);
   thread_local std::vector<float> scratch;
   int row = 0;  // the row the next token is drawn from
-  for (int i = 0; i <= k; ++i) {
+  for (int64_t i = 0;; ++i) {
     Rng rng = KeyedRng(params.seed, pos0 + i);
     const int32_t t = SampleToken(logits + static_cast<size_t>(row) * n_vocab, n_vocab, params, rng, &scratch);
     r.tokens.push_back(t);
-    if (i == k || row > k) break;  // the bonus token, or the token after an accepted alternative
-    if (t == draft.tokens[i]) {
+    const Children c = ChildrenOf(draft, tree, row);
+    if (c.token < 0) break;  // the bonus token
+    if (t == c.token) {
       ++r.num_accepted;
-      row = i + 1;
+      if (row > k) ++r.tail_accepted;
+      row = c.row;
       continue;
     }
     row = -1;
-    for (const TreeLeaf& leaf : LeavesAt(tree, i))
+    for (const TreeLeaf& leaf : c.alternatives)
       if (leaf.token == t) row = leaf.row;
     if (row < 0) break;
     ++r.num_accepted;

@@ -16,20 +16,28 @@ namespace dspark {
 struct VerifyResult {
   int num_accepted = 0;
   std::vector<int32_t> tokens;  // the accepted draft tokens, then one token from the target
-  // Token trees: the verification row of the alternative accepted as the last accepted token, in
-  // place of draft token num_accepted - 1; -1 when the accepted tokens are the chain's.
+  // Token trees: the verification row of the alternative accepted in place of draft token
+  // chain_accepted(); -1 when the accepted tokens are the chain's.
   int leaf_row = -1;
+  int tail_accepted = 0;  // tokens of that alternative's tail accepted after it
+  // Accepted tokens of the chain itself (before an accepted alternative).
+  int chain_accepted() const { return leaf_row >= 0 ? num_accepted - 1 - tail_accepted : num_accepted; }
+  // The verification row of accepted token j (j < num_accepted): 1 + j along the chain, then the
+  // alternative's row and its tail's.
+  int Row(int j) const { return j < chain_accepted() ? j + 1 : leaf_row + (j - chain_accepted()); }
   // The verification row whose logits token j was drawn from: its parent's.
-  int SourceRow(int j) const { return j < num_accepted ? j : (leaf_row >= 0 ? leaf_row : num_accepted); }
+  int SourceRow(int j) const { return j == 0 ? 0 : Row(j - 1); }
 };
 
 // `logits` holds the rows of LayoutTree(draft, k) (speculative/token_tree.h), n_vocab each: row i
 // (i <= k) is the target's distribution for the token after the anchor and the first i draft
-// tokens, then one row per verified alternative. Only the first k tokens of `draft` and the
-// alternatives beside them are verified. Where draft token i is rejected, its alternatives are
-// tried in order against what remains of the target's distribution (greedy: the argmax; sampling:
-// each alternative is a deterministic proposal, accepted with its residual probability, after
-// which the residual drops it), so the output is still distributed exactly as the target's.
+// tokens, then one row per verified alternative and tail token. Only the first k tokens of
+// `draft` and the alternatives beside them are verified. Where draft token i is rejected, its
+// alternatives are tried in order against what remains of the target's distribution (greedy: the
+// argmax; sampling: each alternative is a deterministic proposal, accepted with its residual
+// probability, after which the residual drops it); an accepted alternative's tail is then
+// verified as a chain of deterministic proposals. The output is distributed exactly as the
+// target's.
 VerifyResult Verify(const Draft& draft, int k, const float* logits, int n_vocab, const SamplingParams& params,
                     Rng& rng);
 

@@ -111,7 +111,7 @@ TEST(Verifier, GreedyAcceptsPrefixThenEmitsArgmax) {
 Draft TreeDraft() {
   Draft d;
   d.tokens = {2, 3};
-  d.branches = {{{1, 0.2f}, {0, 0.1f}}};
+  d.branches = {{{1, 0.2f, {}}, {0, 0.1f, {}}}};
   return d;
 }
 
@@ -264,6 +264,159 @@ TEST(TreeVerification, HarnessRejectsAlternativesJudgedAgainstPInsteadOfTheResid
       },
       n, 4);
   EXPECT_GT(ChiSquare(c.first, kP, n), kChi2Crit5 * 10);
+}
+
+// Side chains: draft [2, 3]; beside token 0 alternative 1 with tail [3, 0], then alternative 0
+// (a leaf). Rows: 0 anchor, 1-2 chain, 3 alternative 1, 4-5 its tail, 6 alternative 0.
+Draft TailDraft() {
+  Draft d;
+  d.tokens = {2, 3};
+  d.branches = {{{1, 0.2f, {3, 0}}, {0, 0.1f, {}}}};
+  return d;
+}
+
+TEST(TreeVerification, TailsFollowTheirAlternativeAndSeeOnlyTheirAncestors) {
+  const TreeLayout t = LayoutTree(TailDraft(), 2);
+  ASSERT_EQ(t.rows(), 7);
+  EXPECT_EQ(t.leaves[0].row, 3);
+  EXPECT_EQ(t.leaves[0].last_row(), 5);
+  EXPECT_EQ(t.leaves[1].row, 6);
+  EXPECT_EQ(t.tail_rows(), 2);
+  // Depths: the alternative stands where draft token 0 would, its tail after it.
+  EXPECT_EQ(t.Depth(3), 1);
+  EXPECT_EQ(t.Depth(4), 2);
+  EXPECT_EQ(t.Depth(5), 3);
+  EXPECT_EQ(t.Depth(6), 1);
+  EXPECT_EQ(&t.LeafOfRow(5), &t.leaves[0]);
+  EXPECT_EQ(&t.LeafOfRow(6), &t.leaves[1]);
+  // Tail token 1 (row 5) sees the anchor, its alternative, tail token 0 and itself.
+  for (int c = 0; c < 7; ++c) EXPECT_EQ(t.Sees(5, c), c == 0 || c == 3 || c == 4 || c == 5) << c;
+  // The other alternative and the chain never see the tail.
+  EXPECT_FALSE(t.Sees(6, 4));
+  EXPECT_FALSE(t.Sees(2, 4));
+  EXPECT_FALSE(t.Sees(4, 1));
+}
+
+TEST(TreeVerification, GreedyFollowsAnAcceptedAlternativesTail) {
+  const int n_vocab = 4;
+  const Draft d = TailDraft();
+  Rng rng(1);
+  // Row 0 wants 1 (the alternative), row 3 wants 3 (tail token 0), row 4 wants 2 (not tail token
+  // 1): committed 1, 3, then row 4's 2.
+  VerifyResult r = Verify(d, 2, OneHotRows({1, 0, 0, 3, 2, 0, 0}, n_vocab).data(), n_vocab, SamplingParams{}, rng);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{1, 3, 2}));
+  EXPECT_EQ(r.num_accepted, 2);
+  EXPECT_EQ(r.leaf_row, 3);
+  EXPECT_EQ(r.tail_accepted, 1);
+  EXPECT_EQ(r.chain_accepted(), 0);
+  EXPECT_EQ(r.Row(0), 3);
+  EXPECT_EQ(r.Row(1), 4);
+  EXPECT_EQ(r.SourceRow(0), 0);
+  EXPECT_EQ(r.SourceRow(1), 3);
+  EXPECT_EQ(r.SourceRow(2), 4);
+  // The whole tail accepted: the bonus comes from its last row (5).
+  r = Verify(d, 2, OneHotRows({1, 0, 0, 3, 0, 2, 0}, n_vocab).data(), n_vocab, SamplingParams{}, rng);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{1, 3, 0, 2}));
+  EXPECT_EQ(r.tail_accepted, 2);
+  EXPECT_EQ(r.SourceRow(3), 5);
+  // The chain's first token accepted, then rejected without alternatives there: the tail is never
+  // reached.
+  r = Verify(d, 2, OneHotRows({2, 1, 0, 3, 0, 2, 0}, n_vocab).data(), n_vocab, SamplingParams{}, rng);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{2, 1}));
+  EXPECT_EQ(r.leaf_row, -1);
+  EXPECT_EQ(r.Row(0), 1);
+  // Keyed draws walk the same path.
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.keyed = true;
+  sp.seed = 5;
+  std::vector<float> logits = OneHotRows({1, 0, 0, 3, 0, 2, 0}, n_vocab);
+  for (float& v : logits) v *= 4.0f;
+  r = VerifyKeyed(d, 2, logits.data(), n_vocab, sp, 3);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{1, 3, 0, 2}));
+  EXPECT_EQ(r.leaf_row, 3);
+  EXPECT_EQ(r.tail_accepted, 2);
+}
+
+// Sampling through a side chain: x ~ q drafted, an alternative b beside it with tail
+// [y]. Rows: 0 = p, 1 = after x, 2 = after b, 3 = after b y. Whatever was drafted, the first token
+// must follow p, the token after b row 2, and the token after b y row 3.
+const std::vector<float> kAfterB = {0.1f, 0.2f, 0.3f, 0.2f, 0.1f, 0.1f};
+const std::vector<float> kAfterBY = {0.3f, 0.05f, 0.05f, 0.2f, 0.2f, 0.2f};
+
+struct TailCounts {
+  std::vector<int> first, after_b, after_by;
+  int n_b = 0, n_by = 0, tail_taken = 0;
+};
+
+TailCounts SimulateTail(const TreeRule& rule, int n, uint64_t seed) {
+  std::vector<float> logits;
+  for (const auto& r : {kP, kQ, kAfterB, kAfterBY})
+    for (float v : r) logits.push_back(std::log(v));
+  Rng rng(seed);
+  TailCounts c;
+  c.first.assign(kP.size(), 0);
+  c.after_b.assign(kP.size(), 0);
+  c.after_by.assign(kP.size(), 0);
+  for (int t = 0; t < n; ++t) {
+    Draft d;
+    const int32_t x = SampleFromWeights(kQ, rng);
+    d.tokens = {x};
+    d.q = {kQ};
+    // The alternative: the target's likeliest token where q leaves it room (p > q), any token
+    // fixed before the draw would do.
+    const int32_t b = x == 0 ? 2 : 0;
+    const int32_t y = (b + 2) % static_cast<int32_t>(kP.size());  // likely after b (kAfterB)
+    d.branches = {{DraftBranch{b, kQ[b], {y}}}};
+    const VerifyResult r = rule(d, logits.data(), rng);
+    ++c.first[r.tokens[0]];
+    if (r.tokens[0] != b || r.leaf_row != 2) continue;
+    ++c.n_b;
+    ++c.after_b[r.tokens[1]];
+    if (r.tokens[1] != y) continue;
+    ++c.tail_taken;
+    ++c.n_by;
+    ++c.after_by[r.tokens[2]];
+  }
+  return c;
+}
+
+TEST(TreeVerification, SamplingThroughATailReproducesTheTargetDistribution) {
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  const int n = 200000;
+  const TailCounts c = SimulateTail(
+      [&](const Draft& d, const float* logits, Rng& rng) { return Verify(d, 1, logits, 6, sp, rng); }, n, 9);
+  EXPECT_LT(ChiSquare(c.first, kP, n), kChi2Crit5);
+  ASSERT_GT(c.n_b, n / 20);
+  EXPECT_LT(ChiSquare(c.after_b, kAfterB, c.n_b), kChi2Crit5);
+  ASSERT_GT(c.tail_taken, c.n_b / 10);  // the tail is accepted often enough to matter
+  EXPECT_LT(ChiSquare(c.after_by, kAfterBY, c.n_by), kChi2Crit5);
+}
+
+TEST(TreeVerification, HarnessRejectsATailAcceptedWithoutItsRejectionStep) {
+  // Wrong: once the alternative is taken, its tail is committed without checking it against the
+  // alternative's row.
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  const int n = 200000;
+  const TailCounts c = SimulateTail(
+      [&](const Draft& d, const float* logits, Rng& rng) {
+        Draft leaf_only = d;
+        leaf_only.branches[0][0].tail.clear();
+        VerifyResult r = Verify(leaf_only, 1, logits, 6, sp, rng);
+        if (r.leaf_row == 2) {
+          r.tokens.back() = d.branches[0][0].tail[0];
+          std::vector<float> scratch;
+          r.tokens.push_back(SampleToken(logits + 3 * 6, 6, sp, rng, &scratch));
+          ++r.num_accepted;
+          r.tail_accepted = 1;
+        }
+        return r;
+      },
+      n, 9);
+  EXPECT_LT(ChiSquare(c.first, kP, n), kChi2Crit5);  // the bug is after the first token
+  EXPECT_GT(ChiSquare(c.after_b, kAfterB, c.n_b), kChi2Crit5 * 10);
 }
 
 }  // namespace

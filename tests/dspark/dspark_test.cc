@@ -373,25 +373,29 @@ class RecordingDrafter final : public Drafter {
 };
 
 // Token trees: where a leaf is accepted, the drafter is handed the target features of the
-// committed path (the chain's rows, then the leaf's), so every later proposal is the one a fresh
-// drafter fed the same committed tokens makes; and the output is plain decoding's.
+// committed path (the chain's rows, then the leaf's and its accepted tail's), so every later
+// proposal is the one a fresh drafter fed the same committed tokens makes; and the output is
+// plain decoding's, with leaves alone and with tails chained from the block's later slots.
 TEST_F(DSpark, TokenTreesStayLosslessAndFeedTheDrafterTheCommittedPath) {
   const int n = 24;
-  int64_t leaves_accepted = 0;
+  int64_t leaves_accepted = 0, tails_verified = 0;
   for (const char* name : {"anchor_first", "bonus_d2t", "long_block"}) {
     for (int variant = 0; variant < 4; ++variant) {
       const auto prompt = Prompt(variant);
       const auto want = ReferenceGreedy(*target_.model, pool_, prompt, n);
-      for (int branches : {1, 3}) {
+      for (const auto& [branches, tail] : {std::pair{1, 0}, std::pair{3, 0}, std::pair{2, 4}}) {
         auto d = Create(name);
         ASSERT_TRUE(d.ok()) << d.status().message();
         RecordingDrafter recording(d->get());
         ScheduleOptions so;
         so.n_max = 8;
         so.branches = branches;
+        so.branch_tail = tail;
         const GenerateResult r = Run(&recording, prompt, n, so);
-        ASSERT_EQ(r.ids, want) << name << " branches " << branches << " prompt " << variant;
+        ASSERT_EQ(r.ids, want) << name << " branches " << branches << " tail " << tail << " prompt " << variant;
         leaves_accepted += r.stats.num_leaf_accepted;
+        tails_verified += r.stats.num_tail_tokens;
+        if (tail == 0) EXPECT_EQ(r.stats.num_tail_tokens, 0);
         ASSERT_FALSE(recording.proposals.empty());
         for (const RecordingDrafter::Proposal& p : recording.proposals) {
           auto fresh = Create(name);
@@ -408,6 +412,7 @@ TEST_F(DSpark, TokenTreesStayLosslessAndFeedTheDrafterTheCommittedPath) {
     }
   }
   EXPECT_GT(leaves_accepted, 5);
+  EXPECT_GT(tails_verified, 0);  // the block's later slots chained after the alternatives
 }
 
 TEST(DSparkSchedule, CostModeVerifiesThePrefixMaximisingTokensPerMs) {

@@ -50,6 +50,7 @@ class Lossless : public ::testing::Test {
     ScheduleOptions so;
     so.n_max = n_max;
     so.branches = branches_;
+    so.branch_tail = branch_tail_;
     so.adaptive = adaptive_;
     SpeculativeEngine engine(*target_.model, *target_.tok, pool_, n_ctx, drafter, so);
     GenerateOptions go;
@@ -73,6 +74,7 @@ class Lossless : public ::testing::Test {
   Loaded target_;
   ThreadPool pool_{2};
   int branches_ = 0;       // Run's token-tree alternatives per draft token
+  int branch_tail_ = 0;    // and the tokens after each (its side chain)
   bool adaptive_ = false;  // Run's schedule: adaptive instead of fixed
 };
 

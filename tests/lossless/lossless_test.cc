@@ -106,6 +106,44 @@ TEST_F(Lossless, TokenTreesGreedyEqualPlain) {
   EXPECT_GT(leaves_accepted, 20) << "of " << leaves << " leaves";
 }
 
+// Side chains (--spec-branch-tail): n-gram branches, each alternative followed by what followed
+// it in its own match, verified in the same pass; an accepted alternative's cells and its tail's
+// close up behind the chain's. Greedy output is plain decoding's under fixed and adaptive
+// schedules.
+TEST_F(Lossless, TokenTreeTailsGreedyEqualPlain) {
+  const int n = 40;
+  int64_t tails = 0, tails_accepted = 0;
+  for (int variant = 0; variant < 3; ++variant) {
+    // The prompt twice, then a part of it: earlier matches that continue differently.
+    auto prompt = Prompt(variant);
+    const std::vector<int32_t> once = prompt;
+    prompt.insert(prompt.end(), once.begin() + 1, once.end());
+    prompt.insert(prompt.end(), once.begin() + 1, once.begin() + once.size() / 2);
+    const auto want = ReferenceGreedy(*target_.model, pool_, prompt, n, 256);
+    for (int tail : {1, 6}) {
+      for (bool adaptive : {false, true}) {
+        branches_ = 2;
+        branch_tail_ = tail;
+        adaptive_ = adaptive;
+        for (int n_max : {2, 8}) {
+          NgramDrafter ngram(NgramOptions{1, 3});
+          const GenerateResult r = Run(&ngram, prompt, n, n_max);
+          ASSERT_EQ(r.ids, want) << "tail " << tail << (adaptive ? " adaptive" : "") << " n_max " << n_max
+                                 << " prompt " << variant;
+          EXPECT_LE(r.stats.num_target_calls, 1 + n);
+          EXPECT_LE(r.stats.num_tail_tokens, tail * r.stats.num_leaf_tokens);
+          EXPECT_LE(r.stats.num_tail_accepted, r.stats.num_tail_tokens);
+          tails += r.stats.num_tail_tokens;
+          tails_accepted += r.stats.num_tail_accepted;
+        }
+      }
+    }
+  }
+  // Tails were verified and taken: the outputs above went through accepted side chains.
+  EXPECT_GT(tails, 0);
+  EXPECT_GT(tails_accepted, 0) << "of " << tails << " tail tokens";
+}
+
 // Mixture-of-experts targets (qwen3moe, llama with experts as Mixtral stores them, and deepseek2
 // with its latent attention and shared experts): a verification block's rows choose their experts
 // together in one pass, and the output is still plain decoding's, for every drafter.

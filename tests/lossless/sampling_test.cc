@@ -134,13 +134,16 @@ class SamplingFixture : public ::testing::Test {
 
   // The check on positions 1-3 of 5-token generations, with `verify` as the verification rule.
   // Negative controls pass kTrials: a check that must fail keeps its full power in every build.
-  // `branches`: token-tree alternatives per draft token (ScheduleOptions::branches).
+  // `branches`: token-tree alternatives per draft token (ScheduleOptions::branches), each with up
+  // to `branch_tail` tokens after it.
   testing::SamplingCheck Check(Drafter* drafter, const SamplingParams& params, VerifyFn verify = &Verify,
-                               int trials = testing::PassingCheckTrials(kTrials), int branches = 0) {
+                               int trials = testing::PassingCheckTrials(kTrials), int branches = 0,
+                               int branch_tail = 0) {
     BatchEngineOptions o;
     o.n_ctx = 64;
     o.schedule.n_max = kNMax;
     o.schedule.branches = branches;
+    o.schedule.branch_tail = branch_tail;
     o.verify = verify;
     SpeculativeEngine engine(*target_.model, *target_.tok, pool_, o, drafter);
     const auto exact = testing::ExactJointDistribution(*target_.model, pool_, kPrompt, params, 1, 3);
@@ -253,6 +256,18 @@ TEST_F(LosslessSamplingControls, TokenTreeSamplingMatchesTheExactPlainDistributi
     // The leaves were verified, and accepted often: the check saw the tree's paths.
     EXPECT_GT(c.stats.num_leaf_tokens, 0);
     EXPECT_GT(c.stats.num_leaf_accepted, c.stats.num_drafts / 50) << c.Describe();
+  }
+}
+
+// Side chains: n-gram branches with the tokens that followed each in its match, a tail verified
+// after its accepted alternative in the same pass; sampled output still follows the target.
+TEST_F(LosslessSamplingControls, TokenTreeTailSamplingMatchesTheExactPlainDistribution) {
+  for (const SamplingParams& params : {kUnfiltered, kFiltered, kKeyed}) {
+    auto drafter = MakeDrafter("ngram");
+    const testing::SamplingCheck c = Check(drafter.get(), params, &Verify, testing::PassingCheckTrials(kTrials), 2, 3);
+    EXPECT_TRUE(c.passed()) << c.Describe();
+    EXPECT_GT(c.stats.num_leaf_accepted, 0) << c.Describe();
+    EXPECT_GT(c.stats.num_tail_accepted, 0) << c.Describe();
   }
 }
 

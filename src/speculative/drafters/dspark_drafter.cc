@@ -179,6 +179,7 @@ std::vector<Result<Draft>> DSparkDrafter::ProposeBatch(std::span<const ProposeRe
     co.position = r.params.position;
     co.constraint = r.params.constraint;
     co.branches = r.params.branches;
+    co.branch_tail = r.params.branch_tail;
     chains[j].block = &st.block;
     chains[j].anchor = r.context.back();
     chains[j].rng = r.rng;

@@ -22,6 +22,45 @@ float ProbAt(const float* z, int n, int32_t tok) {
   return static_cast<float>(std::exp(static_cast<double>(z[tok]) - mx) / sum);
 }
 
+// The biased logits z̃ of block slot `slot` after token `prev` (z + scale · W2·W1[prev]).
+void BiasedLogits(const DflashModel& model, const BlockOutput& block, int slot, int32_t prev, ThreadPool& pool,
+                  std::vector<float>& e, std::vector<float>& bias, std::vector<float>& z) {
+  const DflashConfig& c = model.config();
+  const DflashWeights& w = model.weights();
+  const int V = c.n_vocab;
+  const int Vd = c.n_vocab_draft;
+  const int R = c.markov_rank;
+  z.assign(block.logits.begin() + static_cast<size_t>(slot) * V, block.logits.begin() + static_cast<size_t>(slot + 1) * V);
+  if (R <= 0) return;
+  e.resize(R);
+  bias.resize(Vd);
+  const ops::WeightView& w1 = w.markov_w1;
+  ops::DequantizeRow(w1.type, static_cast<const uint8_t*>(w1.data) + RowBytes(w1.type, w1.cols) * prev, e.data(), R);
+  ops::MatMul(w.markov_w2, e.data(), 1, bias.data(), pool);
+  if (w.d2t.empty()) {
+    for (int v = 0; v < V; ++v) z[v] += w.markov_scale * bias[v];
+  } else {
+    for (int k = 0; k < Vd; ++k) z[w.d2t[k]] += w.markov_scale * bias[k];
+  }
+}
+
+// Each alternative's tail: the slots after it, chained greedily from it.
+void AddTails(const DflashModel& model, const BlockOutput& block, const ChainOptions& options, ThreadPool& pool,
+              ChainResult* out) {
+  const int first = FirstDraftSlot(model.config());
+  const int n_slots = block.n_rows - first;
+  std::vector<float> e, bias, z;
+  for (int i = 0; i < static_cast<int>(out->branches.size()); ++i)
+    for (DraftBranch& b : out->branches[i]) {
+      int32_t prev = b.token;
+      for (int t = i + 1; t < n_slots && static_cast<int>(b.tail.size()) < options.branch_tail; ++t) {
+        BiasedLogits(model, block, first + t, prev, pool, e, bias, z);
+        prev = Argmax(z.data(), model.config().n_vocab);
+        b.tail.push_back(prev);
+      }
+    }
+}
+
 }  // namespace
 
 Status RunChain(const DflashModel& model, const BlockOutput& block, int32_t anchor, const ChainOptions& options,
@@ -120,6 +159,8 @@ void RunChains(const DflashModel& model, std::span<ChainJob> jobs, ThreadPool& p
     }
     running.swap(next);
   }
+  for (ChainJob& job : jobs)
+    if (job.status.ok() && job.options.branch_tail > 0) AddTails(model, *job.block, job.options, pool, job.out);
 }
 
 }  // namespace dspark

@@ -30,6 +30,11 @@ struct ChainOptions {
   int64_t position = 0;      // generated position of the first draft token (keyed draws)
   DraftConstraint* constraint = nullptr;  // grammar-constrained requests: masks each slot's logits
   int branches = 0;          // alternatives per token (Draft::branches) from the slot's logits
+  // Tokens after each alternative (DraftBranch::tail): the block's later slots, chained from the
+  // alternative through the Markov head as the draft is from its own tokens, each the argmax of
+  // its biased logits (deterministic, also under sampling). Costs one Markov bias per token, no
+  // backbone pass; bounded by the slots the block ran.
+  int branch_tail = 0;
 };
 
 struct ChainResult {

@@ -27,4 +27,13 @@ class NgramDrafter final : public Drafter {
 // followed the most recent earlier match of the longest matching suffix of length n_max..n_min.
 std::vector<int32_t> NgramLookup(std::span<const int32_t> context, int n_min, int n_max, int budget);
 
+// N-gram branches (token trees): alternatives to `chain` (NgramLookup's draft) from the other
+// earlier matches of the same suffix. Where a match's continuation first differs from the chain,
+// its token there is an alternative, and up to `tail` of the tokens that followed it its tail.
+// At each position at most `per_position` alternatives, the ones most matches continue with
+// first (then the most recent); prob is the share of the matches that agree with the chain up to
+// that position and continue with it.
+std::vector<std::vector<DraftBranch>> NgramBranches(std::span<const int32_t> context, int n_min, int n_max,
+                                                    std::span<const int32_t> chain, int per_position, int tail);
+
 }  // namespace dspark
