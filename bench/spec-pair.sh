@@ -8,17 +8,9 @@
 # to $OUT (default bench-out-pair/):
 #   bench/spec-pair.sh [OUT]
 #   MOE=1 bench/spec-pair.sh [OUT]
-set -euo pipefail
-cd "$(dirname "$0")/.."
-B=build/bin/dspark
 OUT="${1:-bench-out-pair}"
-M=build/models
-T=$M/ref-target-1.7b-Q4_K_M.gguf
-DS=$M/ref-dspark-1.7b-Q8_0.gguf
-E3=$M/ref-eagle3-1.7b-Q8_0.gguf
-DM=models/ref-draft.gguf
+source "$(dirname "$0")/pair-env.sh"
 mkdir -p "$OUT"
-make --no-print-directory bench-models >/dev/null
 common=(-m "$T" -t 2 --prompts bench/prompts/code-completion.jsonl -n 128 --max-prompts 20 -r 1)
 fixed8=(--sweep adaptive=0 --sweep cost=0 --spec-draft-p-min 0 --sweep n-max=8)
 sampled=(--temp 0.8 --top-p 0.95)

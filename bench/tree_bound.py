@@ -26,6 +26,9 @@ best fixed chain (a planner that picks each step's shape from the draft's own co
 somewhat better than any fixed shape, so it is a bound on shapes, not on schedules).
 
   bench/tree_bound.py --costs pass-costs.json dspark=fx-dspark.json eagle3=fx-eagle3.json ...
+
+A drafter's sweep may be split over several runs (NAME=a.json,b.json: their settings together),
+e.g. the tail-carrying branches=1 setting in one and branches=2 without tails in another.
 """
 import argparse
 import json
@@ -122,7 +125,8 @@ def main():
     print("|---|---|---|---|---|")
     for arg in a.sweeps:
         name, path = arg.split("=", 1)
-        rows, tails = candidates(json.load(open(path)))
+        sweep = {"settings": [st for p in path.split(",") for st in json.load(open(p))["settings"]]}
+        rows, tails = candidates(sweep)
         c = best([v for v, k in rows if k == "chain"], costs, a.max_rows)
         t = best([v for v, _ in rows], costs, a.max_rows)
         print(f"| {name} | {c[1] + 1}, {c[2]:.2f}, {c[0]:.2f}x | {t[1] + 1}, {t[2]:.2f}, {t[0]:.2f}x | "

@@ -190,6 +190,17 @@ struct TreeCounts {
 
 using TreeRule = std::function<VerifyResult(const Draft&, const float* logits, Rng&)>;
 
+// The tree simulations' trials and sampling (temperature 1, no filters: p is the row itself).
+constexpr int kTreeTrials = 200000;
+SamplingParams AtT1() {
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  return sp;
+}
+
+// The verifier under test on a one-token draft over the 6-token vocabulary.
+VerifyResult VerifyOne(const Draft& d, const float* logits, Rng& rng) { return Verify(d, 1, logits, 6, AtT1(), rng); }
+
 // Drafts one token x ~ q with q's two next most likely tokens beside it, n times.
 TreeCounts SimulateTree(const TreeRule& rule, int n, uint64_t seed) {
   // Rows: 0 = p (the anchor's), 1 = after the chain's token, 2 and 3 = after each alternative.
@@ -218,11 +229,8 @@ TreeCounts SimulateTree(const TreeRule& rule, int n, uint64_t seed) {
 }
 
 TEST(TreeVerification, SamplingThroughAlternativesReproducesTheTargetDistribution) {
-  SamplingParams sp;
-  sp.temperature = 1.0f;
-  const int n = 200000;
-  const TreeCounts c = SimulateTree(
-      [&](const Draft& d, const float* logits, Rng& rng) { return Verify(d, 1, logits, 6, sp, rng); }, n, 4);
+  const int n = kTreeTrials;
+  const TreeCounts c = SimulateTree(&VerifyOne, n, 4);
   EXPECT_LT(ChiSquare(c.first, kP, n), kChi2Crit5);
   ASSERT_GT(c.leaf_taken[0] + c.leaf_taken[1], n / 20);  // alternatives are accepted often enough to matter
   for (int rank = 0; rank < 2; ++rank) {
@@ -235,9 +243,7 @@ TEST(TreeVerification, SamplingThroughAlternativesReproducesTheTargetDistributio
 TEST(TreeVerification, HarnessRejectsAlternativesJudgedAgainstPInsteadOfTheResidual) {
   // Wrong: after rejecting the draft token, accept an alternative with its probability under p
   // (not under the residual), as if the rejected token's mass had not been taken out.
-  SamplingParams sp;
-  sp.temperature = 1.0f;
-  const int n = 200000;
+  const int n = kTreeTrials;
   const TreeCounts c = SimulateTree(
       [&](const Draft& d, const float* logits, Rng& rng) {
         VerifyResult r;
@@ -346,7 +352,7 @@ const std::vector<float> kAfterBY = {0.3f, 0.05f, 0.05f, 0.2f, 0.2f, 0.2f};
 
 struct TailCounts {
   std::vector<int> first, after_b, after_by;
-  int n_b = 0, n_by = 0, tail_taken = 0;
+  int n_b = 0, n_by = 0;  // alternative b taken; b and then its tail token y taken
 };
 
 TailCounts SimulateTail(const TreeRule& rule, int n, uint64_t seed) {
@@ -374,7 +380,6 @@ TailCounts SimulateTail(const TreeRule& rule, int n, uint64_t seed) {
     ++c.n_b;
     ++c.after_b[r.tokens[1]];
     if (r.tokens[1] != y) continue;
-    ++c.tail_taken;
     ++c.n_by;
     ++c.after_by[r.tokens[2]];
   }
@@ -382,24 +387,20 @@ TailCounts SimulateTail(const TreeRule& rule, int n, uint64_t seed) {
 }
 
 TEST(TreeVerification, SamplingThroughATailReproducesTheTargetDistribution) {
-  SamplingParams sp;
-  sp.temperature = 1.0f;
-  const int n = 200000;
-  const TailCounts c = SimulateTail(
-      [&](const Draft& d, const float* logits, Rng& rng) { return Verify(d, 1, logits, 6, sp, rng); }, n, 9);
+  const int n = kTreeTrials;
+  const TailCounts c = SimulateTail(&VerifyOne, n, 9);
   EXPECT_LT(ChiSquare(c.first, kP, n), kChi2Crit5);
   ASSERT_GT(c.n_b, n / 20);
   EXPECT_LT(ChiSquare(c.after_b, kAfterB, c.n_b), kChi2Crit5);
-  ASSERT_GT(c.tail_taken, c.n_b / 10);  // the tail is accepted often enough to matter
+  ASSERT_GT(c.n_by, c.n_b / 10);  // the tail is accepted often enough to matter
   EXPECT_LT(ChiSquare(c.after_by, kAfterBY, c.n_by), kChi2Crit5);
 }
 
 TEST(TreeVerification, HarnessRejectsATailAcceptedWithoutItsRejectionStep) {
   // Wrong: once the alternative is taken, its tail is committed without checking it against the
   // alternative's row.
-  SamplingParams sp;
-  sp.temperature = 1.0f;
-  const int n = 200000;
+  const SamplingParams sp = AtT1();
+  const int n = kTreeTrials;
   const TailCounts c = SimulateTail(
       [&](const Draft& d, const float* logits, Rng& rng) {
         Draft leaf_only = d;
