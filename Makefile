@@ -170,7 +170,7 @@ fuzz: deps
 # undefined behaviour fails the test that caused it. clang, the fuzzers' compiler: it builds this
 # in well under half of gcc's time, and its instrumentation runs faster. -O1 without debug
 # information keeps the build and the run short (reports name functions; rebuild with -g for lines).
-# Checks of sampled distributions that must pass run a fifth of their trials here
+# Checks of sampled distributions that must pass run a tenth of their trials here
 # (speculative/testing/sampling_check.h). Left out here, run in full by `make test`: six of the seven
 # sampling negative controls (each compiles a different deliberate bug into the verifier and runs
 # the same harness as the seventh, kept here, at full power, half a minute each under ASan), the

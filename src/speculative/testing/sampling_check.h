@@ -89,11 +89,11 @@ inline constexpr bool kSanitizedBuild = false;
 #endif
 
 // The trials of a check that must pass. A sanitizer build looks for memory errors and undefined
-// behaviour, which every generation's code path shows in the first thousands of trials, so it runs
-// a fifth of them; the critical value follows the count, so the check stays exact, and its full
+// behaviour, which every generation's code path shows in the first thousand trials, so it runs a
+// tenth of them; the critical value follows the count, so the check stays exact, and its full
 // power to find a subtle bias is `make test`'s. Negative controls (checks that must fail) keep
 // their full count in every build.
-inline int PassingCheckTrials(int trials) { return kSanitizedBuild ? trials / 5 : trials; }
+inline int PassingCheckTrials(int trials) { return kSanitizedBuild ? trials / 10 : trials; }
 
 struct SamplingCheck {
   int trials = 0;
