@@ -5,6 +5,7 @@
 #include <new>
 #include <numeric>
 
+#include "speculative/batch_sequence.h"
 #include "speculative/draft_grammar.h"
 #include "speculative/token_tree.h"
 #include "speculative/verifier.h"
@@ -20,46 +21,6 @@ double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std:
 
 }  // namespace
 
-struct BatchEngine::Sequence {
-  int64_t id = 0;
-  int slot = -1;
-  std::vector<int32_t> prompt;
-  GenerateOptions options;
-  TokenCallback on_token;
-  DoneCallback on_done;
-
-  int n_prefilled = 0;          // prompt tokens already in the target cache
-  std::vector<int32_t> context; // prompt + generated; the last one is the pending anchor
-  Rng rng{0}, draft_rng{0};
-  std::unique_ptr<StreamingDetokenizer> detok;
-  std::unique_ptr<StopStringMatcher> stops;
-  bool use_drafter = false;
-  GenerateResult result;
-  std::string stop_reason;      // set when finished
-  Clock::time_point decode_start;
-
-  // Rows committed while the sequence did not draft (and prompt rows the drafter did not ingest):
-  // its next proposal first catches up on them. 0 when it drafted the step before.
-  int rows_behind = 0;
-
-  std::optional<grammar::GrammarState> grammar;  // after the committed tokens (constrained requests)
-  bool grammar_dead = false;    // no token could continue the constrained text
-
-  // Per-step scratch.
-  std::vector<float> rows;      // adjusted logits (AdjustedRows)
-  std::vector<grammar::GrammarState> draft_states;  // grammar state before each draft token
-  std::unique_ptr<DraftGrammar> draft_grammar;  // the grammar along the draft being proposed
-  Draft draft;
-  int k = 0;
-  TreeLayout tree;              // the verified draft: its k tokens and the leaves beside them
-  bool asked_drafter = false;   // a draft was asked for this step
-  int behind_at_draft = 0;      // rows_behind when it was
-  int row0 = 0;                 // first batch row of this sequence in the current pass
-  int n_rows = 0;
-  double draft_ms = 0;
-
-  bool decoding() const { return n_prefilled == static_cast<int>(prompt.size()); }
-};
 
 Status CheckPromptFits(int prompt_tokens, int n_ctx) {
   if (prompt_tokens == 0) return InvalidArgument("prompt is empty (no tokens after tokenisation)");
@@ -223,93 +184,6 @@ void BatchEngine::Start(Sequence& s, int slot) {
     s.grammar = s.options.grammar->Start();
   }
   StartFromCache(s, slot);
-}
-
-bool BatchEngine::WaitsForSharedPrefill(const std::vector<int32_t>& prompt) const {
-  const size_t cap = prompt.size() - 1;
-  for (const auto& q : slots_) {
-    if (q == nullptr || q->decoding()) continue;
-    const size_t common = std::min(CommonPrefix(q->prompt, prompt), cap);
-    if (common >= kMinCopyRows && static_cast<size_t>(q->n_prefilled) < common) return true;
-  }
-  return false;
-}
-
-std::span<const int32_t> BatchEngine::CachedTokens(int slot) const {
-  const Sequence* s = slots_[slot].get();
-  if (s == nullptr) return retained_[slot];
-  if (!s->decoding()) return std::span<const int32_t>(s->prompt).first(s->n_prefilled);
-  return std::span<const int32_t>(s->context).first(
-      std::min(s->context.size(), static_cast<size_t>(cache_.Length(slot))));
-}
-
-void BatchEngine::StartFromCache(Sequence& s, int slot) {
-  // At least the prompt's last row runs through the target: its logits sample the first token.
-  const size_t cap = s.prompt.size() - 1;
-  size_t rows = 0;
-  int from = slot;
-  const PromptStore::Entry* entry = nullptr;
-  if (options_.prompt_cache) {
-    const size_t own = CommonPrefix(retained_[slot], s.prompt);
-    rows = std::min(own, cap);
-    for (int other = 0; other < options_.n_parallel; ++other) {
-      if (other == slot) continue;
-      const size_t r = std::min(CommonPrefix(CachedTokens(other), s.prompt), cap);
-      if (r >= rows + kMinCopyRows) {
-        rows = r;
-        from = other;
-      }
-    }
-    // Rows of this slot the new request does not share would be lost: the host store keeps them
-    // (before it is searched, so that the entry found cannot be evicted by this save).
-    // The cache only saves work: rows it finds no memory for are dropped, and the request goes on.
-    if (retained_[slot].size() >= own + kMinCopyRows) {
-      Status st = Status::Ok();
-      try {
-        std::unique_ptr<DrafterRows> drafter_rows =
-            drafter_ != nullptr && drafter_rows_valid_[slot]
-                ? drafter_->SaveRows(slot, static_cast<int>(retained_[slot].size()))
-                : nullptr;
-        st = store_.Save(retained_[slot], cache_, slot, std::move(drafter_rows));
-      } catch (const std::bad_alloc&) {
-        st = Status(StatusCode::kResourceExhausted, "out of memory");
-      }
-      if (!st.ok()) DSPARK_LOG_WARN("prompt cache: keeping slot {}'s rows failed: {}", slot, st.message());
-    }
-    const PromptStore::Match m = store_.capacity() > 0 ? store_.Find(s.prompt) : PromptStore::Match{};
-    if (m.entry != nullptr && std::min(m.rows, cap) >= rows + kMinCopyRows) {
-      rows = std::min(m.rows, cap);
-      from = -1;
-      entry = m.entry;
-    }
-  }
-  retained_[slot].clear();
-  int reuse = static_cast<int>(rows);
-  if (s.use_drafter) {
-    if (reuse > 0) {
-      // The drafter's rows of a slot belong to its last request only if that request drafted.
-      const bool valid = from < 0 || (slots_[from] != nullptr ? slots_[from]->use_drafter : drafter_rows_valid_[from] != 0);
-      Result<int> kept = drafter_->BeginWithPrefix(slot, valid ? from : -1, reuse,
-                                                   entry != nullptr ? entry->drafter.get() : nullptr);
-      if (kept.ok()) reuse = std::min(reuse, *kept);
-      else FailDrafter(s, kept.status());
-    } else if (Status st = drafter_->Begin(slot); !st.ok()) {
-      FailDrafter(s, st);
-    }
-  }
-  Status st = Status::Ok();
-  if (reuse == 0) cache_.Clear(slot);
-  else if (from == slot) st = cache_.Truncate(slot, reuse);
-  else if (from >= 0) st = cache_.CopyPrefixFrom(cache_, from, slot, reuse);
-  else st = cache_.CopyPrefixFrom(*entry->kv, 0, slot, reuse);
-  if (!st.ok()) {
-    DSPARK_LOG_WARN("prompt cache: reusing {} rows failed, starting cold: {}", reuse, st.message());
-    cache_.Clear(slot);
-    reuse = 0;
-    if (s.use_drafter) FailDrafter(s, st);  // its state may hold rows the target no longer has
-  }
-  s.n_prefilled = reuse;
-  s.result.stats.prompt_cached_tokens = reuse;
 }
 
 const float* BatchEngine::AdjustedRows(Sequence& s, const float* logits, int n_rows, const int32_t* draft) {
@@ -624,9 +498,9 @@ Result<BatchEngine::Pass> BatchEngine::RunPass(const std::vector<Sequence*>& dec
     batch.Add(s->context.back(), n_past, s->slot, true);
     for (int j = 0; j < s->k; ++j) batch.Add(s->draft.tokens[j], n_past + 1 + j, s->slot, true);
     for (const TreeLeaf& leaf : s->tree.leaves) {
-      batch.Add(leaf.token, n_past + s->tree.Depth(leaf.row), s->slot, true);
-      for (size_t j = 0; j < leaf.tail.size(); ++j)
-        batch.Add(leaf.tail[j], n_past + s->tree.Depth(leaf.row) + 1 + static_cast<int>(j), s->slot, true);
+      const int pos = n_past + s->tree.Depth(leaf.row);  // the alternative's; its tail follows it
+      batch.Add(leaf.token, pos, s->slot, true);
+      for (size_t j = 0; j < leaf.tail.size(); ++j) batch.Add(leaf.tail[j], pos + 1 + static_cast<int>(j), s->slot, true);
     }
     s->n_rows = batch.size() - s->row0;
     trees = trees || !s->tree.leaves.empty();
