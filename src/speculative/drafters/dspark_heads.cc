@@ -22,6 +22,21 @@ float ProbAt(const float* z, int n, int32_t tok) {
   return static_cast<float>(std::exp(static_cast<double>(z[tok]) - mx) / sum);
 }
 
+// e = W1[prev]: the Markov head's embedding of the token before a slot.
+void MarkovEmbedding(const DflashWeights& w, int32_t prev, int rank, float* e) {
+  const ops::WeightView& w1 = w.markov_w1;
+  ops::DequantizeRow(w1.type, static_cast<const uint8_t*>(w1.data) + RowBytes(w1.type, w1.cols) * prev, e, rank);
+}
+
+// z += scale · bias, bias over the draft vocabulary (mapped to the target's through d2t if any).
+void AddMarkovBias(const DflashWeights& w, const float* bias, int n_vocab, int n_vocab_draft, float* z) {
+  if (w.d2t.empty()) {
+    for (int v = 0; v < n_vocab; ++v) z[v] += w.markov_scale * bias[v];
+  } else {
+    for (int k = 0; k < n_vocab_draft; ++k) z[w.d2t[k]] += w.markov_scale * bias[k];
+  }
+}
+
 // The biased logits z̃ of block slot `slot` after token `prev` (z + scale · W2·W1[prev]).
 void BiasedLogits(const DflashModel& model, const BlockOutput& block, int slot, int32_t prev, ThreadPool& pool,
                   std::vector<float>& e, std::vector<float>& bias, std::vector<float>& z) {
@@ -34,14 +49,9 @@ void BiasedLogits(const DflashModel& model, const BlockOutput& block, int slot, 
   if (R <= 0) return;
   e.resize(R);
   bias.resize(Vd);
-  const ops::WeightView& w1 = w.markov_w1;
-  ops::DequantizeRow(w1.type, static_cast<const uint8_t*>(w1.data) + RowBytes(w1.type, w1.cols) * prev, e.data(), R);
+  MarkovEmbedding(w, prev, R, e.data());
   ops::MatMul(w.markov_w2, e.data(), 1, bias.data(), pool);
-  if (w.d2t.empty()) {
-    for (int v = 0; v < V; ++v) z[v] += w.markov_scale * bias[v];
-  } else {
-    for (int k = 0; k < Vd; ++k) z[w.d2t[k]] += w.markov_scale * bias[k];
-  }
+  AddMarkovBias(w, bias.data(), V, Vd, z.data());
 }
 
 // Each alternative's tail: the slots after it, chained greedily from it.
@@ -103,10 +113,7 @@ void RunChains(const DflashModel& model, std::span<ChainJob> jobs, ThreadPool& p
     if (R > 0) {
       e.resize(static_cast<size_t>(n) * R);
       bias.resize(static_cast<size_t>(n) * Vd);
-      const ops::WeightView& w1 = w.markov_w1;
-      for (int j = 0; j < n; ++j)
-        ops::DequantizeRow(w1.type, static_cast<const uint8_t*>(w1.data) + RowBytes(w1.type, w1.cols) * running[j].prev,
-                           e.data() + static_cast<size_t>(j) * R, R);
+      for (int j = 0; j < n; ++j) MarkovEmbedding(w, running[j].prev, R, e.data() + static_cast<size_t>(j) * R);
       ops::MatMul(w.markov_w2, e.data(), n, bias.data(), pool);
     }
     std::vector<Chain> next;
@@ -118,12 +125,7 @@ void RunChains(const DflashModel& model, std::span<ChainJob> jobs, ThreadPool& p
       std::copy_n(block.logits.data() + static_cast<size_t>(slot) * V, V, z.data());
       float conf = 1.0f;
       if (R > 0) {
-        const float* b = bias.data() + static_cast<size_t>(j) * Vd;
-        if (w.d2t.empty()) {
-          for (int v = 0; v < V; ++v) z[v] += w.markov_scale * b[v];
-        } else {
-          for (int k = 0; k < Vd; ++k) z[w.d2t[k]] += w.markov_scale * b[k];
-        }
+        AddMarkovBias(w, bias.data() + static_cast<size_t>(j) * Vd, V, Vd, z.data());
         if (c.has_confidence) {
           const float logit = ops::Dot(w.conf_w.data(), block.hidden.data() + slot * E, E) +
                               ops::Dot(w.conf_w.data() + E, e.data() + static_cast<size_t>(j) * R, R) + w.conf_b;
